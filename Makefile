@@ -1,0 +1,42 @@
+# The two commands the README starts with:  make demo  and  make test.
+# Both install whatever is missing first (Debian packages, then .venv).
+
+SHELL := /bin/sh
+VENV  := .venv
+# Debian's interpreter: it is the one that sees the python3-mininet package.
+SYSTEM_PYTHON := /usr/bin/python3
+BIN   := $(VENV)/bin
+
+.PHONY: install demo test lint clean-net help
+
+help:
+	@echo "make demo     install what is missing, then run the demo (32 PlanetLab hosts)"
+	@echo "make test     install what is missing, then run lint and the whole test suite"
+	@echo "make install  only the set-up: system packages and $(VENV)/"
+	@echo "make clean-net  remove namespaces, links and processes a killed run left behind"
+
+install: system-deps $(VENV)/.installed
+
+.PHONY: system-deps
+system-deps:
+	@scripts/install-system-deps.sh
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+demo: install
+	$(BIN)/testbed demo
+
+# TESTBED_REQUIRE_NETNS turns "skipped: needs root" into a failure: here the
+# namespace tests must run for real.
+test: install lint
+	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean-net: install
+	$(BIN)/testbed clean
