@@ -1,0 +1,32 @@
+"""Latency matrices and host sets: loading, validating, selecting, scaling, generating.
+
+Public API::
+
+    load_topology("planetlab:3")            # a Topology (490 nodes)
+    topo.select(32)                          # the first 32 nodes
+    topo.select(32, pick="random", seed=7)   # a seeded sample
+    topo.select(hosts=["n3", "n17"])         # an explicit list
+    topo.scaled(10.0)                        # every latency x 10
+    read_matrix("my.txt")                    # any N x N RTT file (ms)
+    sharcnet_grid(load_topology("planetlab"), seed=1)
+"""
+
+from testbed.topology._matrix import Topology as Topology
+from testbed.topology._matrix import read_matrix as read_matrix
+from testbed.topology._matrix import write_matrix as write_matrix
+from testbed.topology._resolve import load_topology as load_topology
+from testbed.topology._resolve import planetlab_frame as planetlab_frame
+from testbed.topology._sharcnet import DEFAULT_CLUSTERS as DEFAULT_CLUSTERS
+from testbed.topology._sharcnet import IntraLatency as IntraLatency
+from testbed.topology._sharcnet import sharcnet_grid as sharcnet_grid
+
+__all__ = [
+    "DEFAULT_CLUSTERS",
+    "IntraLatency",
+    "Topology",
+    "load_topology",
+    "planetlab_frame",
+    "read_matrix",
+    "sharcnet_grid",
+    "write_matrix",
+]
