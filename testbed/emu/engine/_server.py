@@ -1,0 +1,607 @@
+# The delay engine process: one event loop over the netfilter queue, the
+# control socket and a wake-up pipe for signals.
+#
+# Theory of operation
+#   The loop sleeps in select() until the next held packet is due, a packet or
+#   a control request arrives, or a signal comes. It wakes `early_s` before the
+#   due time, where early_s tracks (EWMA) how late select() actually returns on
+#   this machine, so releases land on time on average instead of always late.
+#   The process asks for SCHED_FIFO and a 1 ns timer slack: under load from
+#   hundreds of peers, a normal-priority engine would be scheduled late, and
+#   every late wake-up is RTT error.
+#
+# Rules
+#   1. Control requests are validated completely before anything changes;
+#      every request, accepted or not, is written to the engine log.
+#   2. Every packet read gets exactly one verdict (see DelayCore), including at
+#      shutdown (held packets are dropped).
+#   3. The engine never outlives the testbed process that started it
+#      (PR_SET_PDEATHSIG), and it never leaves anything in the kernel: its
+#      queue binding goes with its socket, its rule with the namespace.
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from testbed.emu.engine._core import DelayCore
+from testbed.emu.engine._nfqueue import NF_DROP, NfQueue, parse_packet_untrusted
+from testbed.emu.engine._protocol import MAX_LINE_BYTES, read_delay_file
+from testbed.errors import ControlError
+from testbed.linkmodel import MAX_ONE_WAY_S, Jitter, LinkModel
+
+__all__ = ["DelayEngine", "EngineConfig", "main"]
+
+PR_SET_PDEATHSIG = 1
+PR_SET_TIMERSLACK = 29
+SO_TIMESTAMPNS = 35
+
+# select() oversleep is learnt with this weight per sample, and bounded.
+EARLY_GAIN = 0.05
+EARLY_MAX_S = 0.001
+# Packets due within this much of now are released in the same pass.
+RELEASE_SLACK_S = 0.000_01
+# Under load the loop is often busy reading when a packet falls due, so
+# releases run late by a few tens of microseconds. `lead_s` releases that much
+# ahead; it is an integral controller on the mean release error (target 0).
+LEAD_GAIN = 0.02
+LEAD_MAX_S = 0.000_3
+# At most this many packets are read before due packets are released again.
+READ_BATCH = 64
+
+_VERDICT = struct.Struct(">II")
+
+
+class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """What the testbed tells a new engine (a JSON file)."""
+
+    hosts: int
+    ip_base: int
+    matrix_path: str
+    control_path: str
+    log_path: str
+    queue: int = 0
+    seed: int = 0
+    max_queued: int = 262_144
+    realtime_priority: int = 20
+    path_offset_s: float = 0.0
+    floor_one_way_s: float = 0.0
+    stats_interval_s: float = 5.0
+
+
+def _percentiles_us(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"samples": 0}
+    values = sorted(values)
+    last = len(values) - 1
+
+    def q(p: float) -> float:
+        return round(values[min(last, round(p * last))] * 1e6, 1)
+
+    return {
+        "samples": len(values),
+        "p1": q(0.01),
+        "p50": q(0.5),
+        "p99": q(0.99),
+        "max": round(values[-1] * 1e6, 1),
+    }
+
+
+class DelayEngine:
+    """The engine: bind the queue, then serve() until shutdown or a signal."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.n = config.hosts
+        self.floor_one_way_s = config.floor_one_way_s
+        self.model = LinkModel(read_delay_file(config.matrix_path, self.n))
+        self.core = DelayCore(
+            self.model,
+            ip_base=config.ip_base,
+            rng=random.Random(config.seed),
+            path_offset_s=config.path_offset_s,
+        )
+        self.early_s = 0.0
+        self.lead_s = 0.0
+        self.started = time.time()
+        self.realtime = False
+        self._stopping = False
+        self._clients: dict[int, tuple[socket.socket, bytearray]] = {}
+        self._log = open(config.log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in serve()
+        self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
+
+    # -- logging ----------------------------------------------------------------------------------
+
+    def log(self, kind: str, **fields: Any) -> None:
+        self._log.write(
+            json.dumps({"t": round(time.time(), 6), "kind": kind, **fields}, separators=(",", ":"))
+            + "\n"
+        )
+
+    # -- set-up -------------------------------------------------------------------------------------
+
+    def _tune_process(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+        if self.config.realtime_priority > 0:
+            try:
+                os.sched_setscheduler(
+                    0, os.SCHED_FIFO, os.sched_param(self.config.realtime_priority)
+                )
+                self.realtime = True
+            except OSError as exc:
+                self.log(
+                    "warning",
+                    message=f"no real-time scheduling ({exc}); release times will be noisier under load",
+                )
+
+    def serve(self, ready_fd: int | None = None) -> None:
+        """Run until a shutdown request or SIGTERM/SIGINT; always cleans up."""
+        self._tune_process()
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno())
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        # Kernel arrival timestamps on skbs are only taken while some socket
+        # asks for them; this one does, for as long as the engine runs.
+        stamp_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        stamp_sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if os.path.exists(self.config.control_path):
+                os.unlink(self.config.control_path)
+            listener.bind(self.config.control_path)
+            listener.listen(16)
+            listener.setblocking(False)
+            with NfQueue(self.config.queue, max_queued=self.config.max_queued) as nfq:
+                self.log(
+                    "start",
+                    pid=os.getpid(),
+                    hosts=self.n,
+                    queue=self.config.queue,
+                    realtime=self.realtime,
+                )
+                if ready_fd is not None:
+                    os.write(ready_fd, f"READY {os.getpid()}\n".encode())
+                    os.close(ready_fd)
+                try:
+                    self._loop(nfq, listener, wake_r)
+                finally:
+                    dropped = self.core.drain_all()
+                    if dropped:
+                        nfq.send_verdicts(
+                            b"".join(nfq.prefix + _VERDICT.pack(NF_DROP, pid) for pid in dropped)
+                        )
+                    self.log("stop", stats=self._op_stats({}), dropped_in_flight=len(dropped))
+        finally:
+            for sock, _ in self._clients.values():
+                sock.close()
+            listener.close()
+            stamp_sock.close()
+            signal.set_wakeup_fd(-1)
+            wake_r.close()
+            wake_w.close()
+            try:
+                os.unlink(self.config.control_path)
+            except FileNotFoundError:
+                pass
+            self._log.close()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._stopping = True
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def _loop(self, nfq: NfQueue, listener: socket.socket, wake_r: socket.socket) -> None:
+        core = self.core
+        clock = time.time
+        prefix = nfq.prefix
+        pack = _VERDICT.pack
+        parse = parse_packet_untrusted
+        buf = bytearray(65536)
+        nfq_fd = nfq.fileno()
+        next_stats = clock() + self.config.stats_interval_s
+        while not self._stopping:
+            now = clock()
+            released = core.release_due(now + RELEASE_SLACK_S + self.lead_s, now)
+            if released:
+                nfq.send_verdicts(b"".join([prefix + pack(v, pid) for pid, v in released]))
+                error = core.last_release_error_s
+                if error is not None:
+                    self.lead_s = min(LEAD_MAX_S, max(0.0, self.lead_s + LEAD_GAIN * error))
+            due = core.next_due()
+            wake_at = (
+                next_stats if due is None else min(next_stats, due - self.lead_s - self.early_s)
+            )
+            timeout = max(0.0, wake_at - clock())
+            rlist = [nfq_fd, listener, wake_r, *self._clients]
+            readable, _, _ = select.select(rlist, [], [], timeout)
+            woke = clock()
+            if not readable:
+                if due is not None and wake_at < next_stats:
+                    # Learn how late select() returns, to wake that much earlier next time.
+                    oversleep = woke - wake_at
+                    self.early_s = min(
+                        EARLY_MAX_S,
+                        max(0.0, self.early_s + EARLY_GAIN * (oversleep - self.early_s)),
+                    )
+                if woke >= next_stats:
+                    self.log("stats", **self._op_stats({}))
+                    next_stats = woke + self.config.stats_interval_s
+                continue
+            if nfq_fd in readable:
+                immediate = []
+                for _ in range(READ_BATCH):
+                    length = nfq.recv_into(buf)
+                    if not length:
+                        break
+                    packet = parse(buf, length)
+                    if packet is None:
+                        continue
+                    packet_id, stamp, saddr, daddr, size = packet
+                    verdict = core.packet_in(packet_id, stamp, saddr, daddr, size, clock())
+                    if verdict is not None:
+                        immediate.append(prefix + pack(verdict, packet_id))
+                if immediate:
+                    nfq.send_verdicts(b"".join(immediate))
+            if wake_r in readable:
+                try:
+                    wake_r.recv(64)
+                except BlockingIOError:
+                    pass
+            if listener in readable:
+                self._accept(listener)
+            for fd in readable:
+                if isinstance(fd, int) and fd in self._clients:
+                    self._read_client(fd)
+        self.log("shutdown", reason="request or signal")
+
+    # -- control ------------------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return
+        conn.settimeout(5.0)
+        self._clients[conn.fileno()] = (conn, bytearray())
+
+    def _read_client(self, fd: int) -> None:
+        conn, pending = self._clients[fd]
+        try:
+            chunk = conn.recv(1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            del self._clients[fd]
+            conn.close()
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            answer = self.handle_request(line)
+            try:
+                conn.sendall(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+            except OSError:
+                del self._clients[fd]
+                conn.close()
+                return
+        if len(pending) > MAX_LINE_BYTES:
+            del self._clients[fd]
+            conn.close()
+
+    def handle_request(self, line: bytes) -> dict[str, Any]:
+        """Decode, validate and apply one request; return the answer. Raises nothing."""
+        op = None
+        try:
+            try:
+                request = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                raise ControlError("?", "the request is not valid JSON") from None
+            if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+                raise ControlError("?", 'a request is a JSON object with an "op" string')
+            op = request.pop("op")
+            handler = self._ops.get(op)
+            if handler is None:
+                raise ControlError(op, f"unknown operation; known: {', '.join(sorted(self._ops))}")
+            result = handler(request)
+        except ControlError as exc:
+            if exc.op not in ("stats", "counters", "ping", "describe"):
+                self.log("control", op=op, ok=False, error=str(exc))
+            return {"ok": False, "error": str(exc), "op": exc.op, "field": exc.field}
+        if op not in ("stats", "counters", "ping", "describe"):
+            self.log(
+                "control",
+                op=op,
+                ok=True,
+                args=request if op != "load_matrix" else {"path": request.get("path")},
+                result=result,
+            )
+        return {"ok": True, "result": result}
+
+    @staticmethod
+    def _args(
+        op: str, args: dict[str, Any], **spec: tuple[type | tuple[type, ...], Any]
+    ) -> list[Any]:
+        """Check argument names and types; returns values in spec order (default if absent)."""
+        for key in args:
+            if key not in spec:
+                raise ControlError(
+                    op, f"unknown argument; expected {', '.join(spec) or 'none'}", field=key
+                )
+        values = []
+        for key, (types, default) in spec.items():
+            value = args.get(key, default)
+            if value is ...:
+                raise ControlError(op, "missing argument", field=key)
+            allowed = types if isinstance(types, tuple) else (types,)
+            # bool is an int subclass; only accept it where bool is asked for.
+            if value is not None and (
+                not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
+            ):
+                expected = " or ".join(t.__name__ for t in allowed)
+                raise ControlError(
+                    op, f"expected {expected}, got {type(value).__name__}", field=key
+                )
+            values.append(value)
+        return values
+
+    def _hosts_arg(self, op: str, field: str, value: Any) -> list[int] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in value
+        ):
+            raise ControlError(op, "expected a list of host indices", field=field)
+        for h in value:
+            if not 0 <= h < self.n:
+                raise ControlError(
+                    op,
+                    f"no host with index {h}; hosts are 0..{self.n - 1} (h1..h{self.n})",
+                    field=field,
+                )
+        return value
+
+    def _floor_violations(self, matrix: list[list[float]]) -> list[tuple[int, int, float]]:
+        # A relative tolerance: the testbed computes clamped values in ms and we compare in s.
+        floor = self.floor_one_way_s * (1 - 1e-9)
+        return [
+            (i, j, v)
+            for i, row in enumerate(matrix)
+            for j, v in enumerate(row)
+            if i != j and v < floor
+        ]
+
+    def _apply_floor(self, op: str, matrix: list[list[float]], clamp: bool) -> int:
+        """Raise entries below the floor if clamp, else refuse. Mutates `matrix`; returns the count raised."""
+        low = self._floor_violations(matrix)
+        if not low:
+            return 0
+        if not clamp:
+            shown = ", ".join(f"h{i + 1}->h{j + 1} {v * 1e3:.3f} ms" for i, j, v in low[:6])
+            more = f" and {len(low) - 6} more" if len(low) > 6 else ""
+            raise ControlError(
+                op,
+                f"{len(low)} one-way delay(s) below the engine's measured floor of "
+                f"{self.floor_one_way_s * 1e3:.3f} ms: {shown}{more}; pass clamp=true to raise them to the floor",
+            )
+        for i, j, _ in low:
+            matrix[i][j] = self.floor_one_way_s
+        return len(low)
+
+    def _op_ping(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._args("ping", args)
+        return {"pid": os.getpid(), "hosts": self.n}
+
+    def _op_stats(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._args("stats", args)
+        core = self.core
+        return {
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started, 3),
+            "hosts": self.n,
+            "realtime": self.realtime,
+            "packets_in": core.packets_in,
+            "forwarded": core.forwarded(),
+            "foreign": core.foreign,
+            "no_timestamp": core.no_timestamp,
+            "held": core.held,
+            "max_held": core.max_held,
+            "drops": dict(core.drops),
+            "lateness_us": _percentiles_us(core.lateness_s()),
+            "immediate_us": _percentiles_us(core.immediate_s()),
+            "early_us": round(self.early_s * 1e6, 1),
+            "lead_us": round(self.lead_s * 1e6, 1),
+            "path_offset_us": round(core.path_offset_s * 1e6, 1),
+            "floor_one_way_us": round(self.floor_one_way_s * 1e6, 1),
+            "kernel": _kernel_queue_stats(self.config.queue),
+        }
+
+    def _op_counters(self, args: dict[str, Any]) -> dict[str, Any]:
+        (reset,) = self._args("counters", args, reset=(bool, False))
+        result = self.core.counters()
+        if reset:
+            self.core.reset_counters()
+        return result
+
+    def _op_describe(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._args("describe", args)
+        return {**self.model.describe(), "one_way_s": self.model.delay_matrix_s()}
+
+    def _op_set_delay(self, args: dict[str, Any]) -> dict[str, Any]:
+        one_way_s, src, dst, clamp = self._args(
+            "set_delay",
+            args,
+            one_way_s=((int, float), ...),
+            src=(list, None),
+            dst=(list, None),
+            clamp=(bool, False),
+        )
+        src = self._hosts_arg("set_delay", "src", src)
+        dst = self._hosts_arg("set_delay", "dst", dst)
+        if not (math.isfinite(one_way_s) and 0 <= one_way_s <= MAX_ONE_WAY_S):
+            raise ControlError(
+                "set_delay",
+                f"{one_way_s!r} s is not a delay in 0..{MAX_ONE_WAY_S} s",
+                field="one_way_s",
+            )
+        clamped = 0
+        if one_way_s < self.floor_one_way_s * (1 - 1e-9):
+            if not clamp:
+                raise ControlError(
+                    "set_delay",
+                    f"{one_way_s * 1e3:.3f} ms is below the engine's measured floor of {self.floor_one_way_s * 1e3:.3f} ms "
+                    "one way; pass clamp=true to use the floor",
+                    field="one_way_s",
+                )
+            one_way_s = self.floor_one_way_s
+            clamped = 1
+        pairs = self.model.set_delay(one_way_s, src, dst)
+        return {"pairs": pairs, "clamped": clamped * pairs}
+
+    def _op_scale(self, args: dict[str, Any]) -> dict[str, Any]:
+        factor, clamp = self._args("scale", args, factor=((int, float), ...), clamp=(bool, False))
+        if not (math.isfinite(factor) and factor > 0):
+            raise ControlError(
+                "scale", f"factor must be a positive number, not {factor!r}", field="factor"
+            )
+        matrix = [[v * factor for v in row] for row in self.model.delay_matrix_s()]
+        clamped = self._apply_floor("scale", matrix, clamp)
+        self.model.load(matrix)
+        return {"clamped": clamped}
+
+    def _op_load_matrix(self, args: dict[str, Any]) -> dict[str, Any]:
+        path, clamp = self._args("load_matrix", args, path=(str, ...), clamp=(bool, False))
+        try:
+            matrix = read_delay_file(path, self.n)
+        except OSError as exc:
+            raise ControlError(
+                "load_matrix", f"cannot read {path}: {exc.strerror}", field="path"
+            ) from None
+        LinkModel._check_matrix("load_matrix", matrix, self.n)
+        clamped = self._apply_floor("load_matrix", matrix, clamp)
+        self.model.load(matrix)
+        return {"clamped": clamped}
+
+    def _op_set_loss(self, args: dict[str, Any]) -> dict[str, Any]:
+        rate, src, dst = self._args(
+            "set_loss", args, rate=((int, float), ...), src=(list, None), dst=(list, None)
+        )
+        pairs = self.model.set_loss(
+            rate, self._hosts_arg("set_loss", "src", src), self._hosts_arg("set_loss", "dst", dst)
+        )
+        return {"pairs": pairs}
+
+    def _op_set_jitter(self, args: dict[str, Any]) -> dict[str, Any]:
+        spec, src, dst = self._args(
+            "set_jitter", args, jitter=(dict, ...), src=(list, None), dst=(list, None)
+        )
+        jitter = None
+        if spec is not None:
+            try:
+                jitter = Jitter(**spec)
+            except TypeError as exc:
+                raise ControlError(
+                    "set_jitter", f"bad jitter arguments: {exc}", field="jitter"
+                ) from None
+        pairs = self.model.set_jitter(
+            jitter,
+            self._hosts_arg("set_jitter", "src", src),
+            self._hosts_arg("set_jitter", "dst", dst),
+        )
+        return {"pairs": pairs}
+
+    def _op_partition(self, args: dict[str, Any]) -> dict[str, Any]:
+        (groups,) = self._args("partition", args, groups=(list, ...))
+        checked = [self._hosts_arg("partition", "groups", g) for g in groups]
+        self.model.partition([g for g in checked if g is not None])
+        return {"groups": len(groups)}
+
+    def _op_heal(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._args("heal", args)
+        self.model.heal()
+        return {}
+
+    def _op_host_down(self, args: dict[str, Any]) -> dict[str, Any]:
+        (host,) = self._args("host_down", args, host=(int, ...))
+        self.model.set_down(host, True)
+        return {}
+
+    def _op_host_up(self, args: dict[str, Any]) -> dict[str, Any]:
+        (host,) = self._args("host_up", args, host=(int, ...))
+        self.model.set_down(host, False)
+        return {}
+
+    def _op_set_calibration(self, args: dict[str, Any]) -> dict[str, Any]:
+        offset, floor = self._args(
+            "set_calibration",
+            args,
+            path_offset_s=((int, float), ...),
+            floor_one_way_s=((int, float), ...),
+        )
+        for name, value in (("path_offset_s", offset), ("floor_one_way_s", floor)):
+            if not (math.isfinite(value) and 0 <= value < 0.1):
+                raise ControlError(
+                    "set_calibration", f"{value!r} is not within 0..0.1 s", field=name
+                )
+        self.core.path_offset_s = float(offset)
+        self.floor_one_way_s = float(floor)
+        return {}
+
+    def _op_shutdown(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._args("shutdown", args)
+        self._stopping = True
+        return {}
+
+
+def _kernel_queue_stats(queue: int) -> dict[str, int]:
+    """This namespace's counters for our queue (/proc/net/netfilter/nfnetlink_queue)."""
+    try:
+        text = Path("/proc/net/netfilter/nfnetlink_queue").read_text()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and int(fields[0]) == queue:
+            return {
+                "queued": int(fields[2]),
+                "queue_dropped": int(fields[5]),
+                "user_dropped": int(fields[6]),
+            }
+    return {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: python -m testbed.emu.engine CONFIG.json [--ready-fd FD]."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m testbed.emu.engine CONFIG.json [--ready-fd FD]", file=sys.stderr)
+        return 2
+    ready_fd = None
+    if len(argv) == 3 and argv[1] == "--ready-fd":
+        ready_fd = int(argv[2])
+    try:
+        config = msgspec.json.decode(Path(argv[0]).read_bytes(), type=EngineConfig)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        print(f"delay engine: bad config {argv[0]}: {exc}", file=sys.stderr)
+        return 2
+    engine = DelayEngine(config)
+    engine.serve(ready_fd)
+    return 0

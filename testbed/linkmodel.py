@@ -1,0 +1,327 @@
+# The fate of a packet from one host to another: delay, jitter, loss,
+# partition, host down. One model, two users: the emulator's delay engine asks
+# it about every forwarded packet, the simulator about every datagram.
+#
+# Theory of operation
+#   State is per ordered pair (src, dst) of host indices 0..n-1:
+#     one-way delay in seconds (dense n x n; the matrix is the truth, never a
+#     sum of per-link delays), optional jitter and loss (sparse, with an
+#     all-pairs default), a partition group per host and a down flag per host.
+#   `fate(src, dst, rng)` returns the delay to apply, or a negative DROP_* code.
+#
+# Rules
+#   1. Every mutating call validates all of its arguments before it changes
+#      anything: a rejected call leaves the model exactly as it was.
+#   2. No clock and no global randomness: the caller passes the Random.
+#   3. The hot path (`fate`) stays a handful of list lookups when nothing but
+#      delay is configured; anything else is behind one flag.
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from testbed.errors import ControlError
+
+__all__ = ["DROP_DOWN", "DROP_LOSS", "DROP_PARTITION", "DROP_REASONS", "Jitter", "LinkModel"]
+
+DROP_LOSS = -1.0
+DROP_PARTITION = -2.0
+DROP_DOWN = -3.0
+DROP_REASONS = {DROP_LOSS: "loss", DROP_PARTITION: "partition", DROP_DOWN: "down"}
+
+# A delay above this is certainly a unit mistake (ms given as s, say).
+MAX_ONE_WAY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Jitter:
+    """Random variation added to a pair's one-way delay.
+
+    dist="normal": N(0, sigma_ms); dist="uniform": U(-width_ms, +width_ms);
+    dist="pareto": one-sided heavy tail with mean mean_ms and shape alpha (> 1).
+    The resulting delay is never below zero.
+    """
+
+    dist: str
+    sigma_ms: float = 0.0
+    width_ms: float = 0.0
+    mean_ms: float = 0.0
+    alpha: float = 3.0
+
+    def __post_init__(self) -> None:
+        for name in ("sigma_ms", "width_ms", "mean_ms", "alpha"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ControlError(
+                    "jitter", f"must be a finite number >= 0, not {value!r}", field=name
+                )
+        if self.dist not in ("normal", "uniform", "pareto"):
+            raise ControlError(
+                "jitter",
+                f"unknown distribution {self.dist!r}; expected normal, uniform or pareto",
+                field="dist",
+            )
+        if self.dist == "pareto" and self.alpha <= 1:
+            raise ControlError(
+                "jitter", f"pareto needs alpha > 1 (finite mean), not {self.alpha!r}", field="alpha"
+            )
+
+    def sample_s(self, rng: random.Random) -> float:
+        """One offset in seconds."""
+        if self.dist == "normal":
+            return rng.gauss(0.0, self.sigma_ms) / 1000.0
+        if self.dist == "uniform":
+            return rng.uniform(-self.width_ms, self.width_ms) / 1000.0
+        # Pareto with scale x_m = mean * (alpha - 1) has E[x_m * U^(-1/alpha) - x_m] = mean.
+        scale = self.mean_ms * (self.alpha - 1.0)
+        return scale * ((1.0 - rng.random()) ** (-1.0 / self.alpha) - 1.0) / 1000.0
+
+    def to_dict(self) -> dict[str, float | str]:
+        fields = {
+            "normal": ("sigma_ms",),
+            "uniform": ("width_ms",),
+            "pareto": ("mean_ms", "alpha"),
+        }[self.dist]
+        return {"dist": self.dist, **{name: getattr(self, name) for name in fields}}
+
+
+class LinkModel:
+    """Per-pair delay, jitter, loss, partitions and down hosts for n hosts."""
+
+    def __init__(self, one_way_s: Sequence[Sequence[float]]) -> None:
+        """Create the model from an n x n one-way delay matrix in seconds."""
+        self._delay = self._check_matrix("init", one_way_s)
+        self.n = len(self._delay)
+        self._loss: dict[tuple[int, int], float] = {}
+        self._loss_all = 0.0
+        self._jitter: dict[tuple[int, int], Jitter] = {}
+        self._jitter_all: Jitter | None = None
+        self._group = [0] * self.n
+        self._down = [False] * self.n
+        self._extras = False  # anything besides plain delay configured?
+
+    # -- validation helpers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _check_matrix(
+        op: str, one_way_s: Sequence[Sequence[float]], n: int | None = None
+    ) -> list[list[float]]:
+        rows = [list(map(float, row)) for row in one_way_s]
+        size = len(rows)
+        if size == 0 or any(len(row) != size for row in rows):
+            raise ControlError(op, "the delay matrix must be square and non-empty", field="matrix")
+        if n is not None and size != n:
+            raise ControlError(
+                op, f"the matrix has {size} hosts; this network has {n}", field="matrix"
+            )
+        for i, row in enumerate(rows):
+            for j, value in enumerate(row):
+                if not (math.isfinite(value) and 0 <= value <= MAX_ONE_WAY_S):
+                    raise ControlError(
+                        op,
+                        f"entry ({i}, {j}) is {value!r} s; expected 0..{MAX_ONE_WAY_S} s",
+                        field="matrix",
+                    )
+            row[i] = 0.0
+        return rows
+
+    def _host(self, op: str, host: int, field: str = "host") -> int:
+        if isinstance(host, bool) or not isinstance(host, int) or not 0 <= host < self.n:
+            raise ControlError(
+                op, f"no host with index {host!r}; hosts are 0..{self.n - 1}", field=field
+            )
+        return host
+
+    def _hosts(self, op: str, hosts: Iterable[int] | None, field: str) -> list[int]:
+        if hosts is None:
+            return list(range(self.n))
+        chosen = [self._host(op, h, field) for h in hosts]
+        if not chosen:
+            raise ControlError(op, "the host list is empty", field=field)
+        return chosen
+
+    def _pairs(
+        self, op: str, src: Iterable[int] | None, dst: Iterable[int] | None
+    ) -> list[tuple[int, int]]:
+        sources = self._hosts(op, src, "src")
+        targets = self._hosts(op, dst, "dst")
+        return [(s, d) for s in sources for d in targets if s != d]
+
+    def _refresh(self) -> None:
+        self._extras = bool(
+            self._loss
+            or self._loss_all
+            or self._jitter
+            or self._jitter_all
+            or any(self._down)
+            or any(self._group)
+        )
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def one_way_s(self, src: int, dst: int) -> float:
+        """The configured one-way delay (no jitter)."""
+        return self._delay[src][dst]
+
+    def delay_matrix_s(self) -> list[list[float]]:
+        """A copy of the one-way delay matrix."""
+        return [row[:] for row in self._delay]
+
+    def describe(self) -> dict[str, object]:
+        """Everything besides the delay matrix, as JSON-ready data."""
+        return {
+            "loss_all": self._loss_all,
+            "loss_pairs": [[s, d, p] for (s, d), p in sorted(self._loss.items())],
+            "jitter_all": None if self._jitter_all is None else self._jitter_all.to_dict(),
+            "jitter_pairs": [[s, d, j.to_dict()] for (s, d), j in sorted(self._jitter.items())],
+            "groups": self._group[:],
+            "down": [h for h in range(self.n) if self._down[h]],
+        }
+
+    # -- the hot path -----------------------------------------------------------------------------
+
+    def fate(self, src: int, dst: int, rng: random.Random) -> float:
+        """Return the one-way delay in seconds for one packet, or a DROP_* code (< 0)."""
+        delay = self._delay[src][dst]
+        if not self._extras:
+            return delay
+        if self._down[src] or self._down[dst]:
+            return DROP_DOWN
+        if self._group[src] != self._group[dst]:
+            return DROP_PARTITION
+        loss = self._loss.get((src, dst), self._loss_all)
+        if loss and rng.random() < loss:
+            return DROP_LOSS
+        jitter = self._jitter.get((src, dst), self._jitter_all)
+        if jitter is not None:
+            delay += jitter.sample_s(rng)
+            if delay < 0.0:
+                delay = 0.0
+        return delay
+
+    def blocked(self, src: int, dst: int) -> float:
+        """DROP_DOWN or DROP_PARTITION if the pair cannot talk right now, else 0.0.
+
+        The engine asks again when it releases a held packet, so that a partition
+        also cuts packets already in flight.
+        """
+        if self._down[src] or self._down[dst]:
+            return DROP_DOWN
+        if self._group[src] != self._group[dst]:
+            return DROP_PARTITION
+        return 0.0
+
+    # -- mutations (validate everything, then apply) -----------------------------------------------
+
+    def set_delay(
+        self, one_way_s: float, src: Iterable[int] | None = None, dst: Iterable[int] | None = None
+    ) -> int:
+        """Set the one-way delay of every (s, d) in src x dst (s != d). Returns the pair count."""
+        if not (
+            isinstance(one_way_s, int | float)
+            and math.isfinite(one_way_s)
+            and 0 <= one_way_s <= MAX_ONE_WAY_S
+        ):
+            raise ControlError(
+                "set_delay",
+                f"{one_way_s!r} s is not a delay in 0..{MAX_ONE_WAY_S} s",
+                field="one_way_s",
+            )
+        pairs = self._pairs("set_delay", src, dst)
+        for s, d in pairs:
+            self._delay[s][d] = float(one_way_s)
+        return len(pairs)
+
+    def scale(self, factor: float) -> None:
+        """Multiply every delay by `factor` (> 0)."""
+        if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
+            raise ControlError(
+                "scale", f"factor must be a positive number, not {factor!r}", field="factor"
+            )
+        worst = max(max(row) for row in self._delay) * factor
+        if worst > MAX_ONE_WAY_S:
+            raise ControlError(
+                "scale",
+                f"the largest delay would become {worst:.1f} s (limit {MAX_ONE_WAY_S} s)",
+                field="factor",
+            )
+        self._delay = [[v * factor for v in row] for row in self._delay]
+
+    def load(self, one_way_s: Sequence[Sequence[float]]) -> None:
+        """Replace the whole delay matrix (same host count)."""
+        self._delay = self._check_matrix("load_matrix", one_way_s, self.n)
+
+    def set_loss(
+        self, rate: float, src: Iterable[int] | None = None, dst: Iterable[int] | None = None
+    ) -> int:
+        """Set the loss probability of every pair in src x dst (None = all pairs). Returns the pair count."""
+        if not (isinstance(rate, int | float) and 0.0 <= rate <= 1.0):
+            raise ControlError("set_loss", f"rate must be within 0..1, not {rate!r}", field="rate")
+        if src is None and dst is None:
+            self._loss_all = float(rate)
+            self._loss.clear()
+            self._refresh()
+            return self.n * (self.n - 1)
+        pairs = self._pairs("set_loss", src, dst)
+        for pair in pairs:
+            self._loss[pair] = float(rate)
+        self._refresh()
+        return len(pairs)
+
+    def set_jitter(
+        self,
+        jitter: Jitter | None,
+        src: Iterable[int] | None = None,
+        dst: Iterable[int] | None = None,
+    ) -> int:
+        """Set (or with None, remove) the jitter of every pair in src x dst (None = all pairs)."""
+        if src is None and dst is None:
+            self._jitter_all = jitter
+            self._jitter.clear()
+            self._refresh()
+            return self.n * (self.n - 1)
+        pairs = self._pairs("set_jitter", src, dst)
+        for pair in pairs:
+            if jitter is None:
+                self._jitter.pop(pair, None)
+            else:
+                self._jitter[pair] = jitter
+        self._refresh()
+        return len(pairs)
+
+    def partition(self, groups: Sequence[Sequence[int]]) -> None:
+        """Split the hosts into groups that cannot reach each other.
+
+        Hosts not listed in any group form one more group together. Replaces
+        any earlier partition.
+        """
+        seen: set[int] = set()
+        for group in groups:
+            members = self._hosts("partition", group, "groups")
+            for h in members:
+                if h in seen:
+                    raise ControlError("partition", f"host {h} is in two groups", field="groups")
+                seen.add(h)
+        if len(groups) < 1 or (len(groups) == 1 and len(seen) == self.n):
+            raise ControlError(
+                "partition", "needs at least two groups (or one group and the rest)", field="groups"
+            )
+        new = [0] * self.n
+        for k, group in enumerate(groups, start=1):
+            for h in group:
+                new[h] = k
+        self._group = new
+        self._refresh()
+
+    def heal(self) -> None:
+        """Remove every partition."""
+        self._group = [0] * self.n
+        self._refresh()
+
+    def set_down(self, host: int, down: bool) -> None:
+        """Take a host off the network (all its packets dropped) or bring it back."""
+        self._down[self._host("host_down" if down else "host_up", host)] = bool(down)
+        self._refresh()
