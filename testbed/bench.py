@@ -1,0 +1,259 @@
+# Benchmarks of the emulator itself: delay fidelity and bring-up cost.
+#
+# `delay_fidelity` measures the RTT of host pairs with kernel-timestamped ICMP
+# echoes, at a rate that also loads the engine, and compares every sample with
+# the RTT the engine is configured to give the pair (d(i, j) + d(j, i), after
+# clamping and any runtime change). The acceptance bound of the project is
+# |error| <= max(0.5 ms, 2 % of the RTT) at the 99th percentile.
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from testbed.emu._probe import IcmpProber
+from testbed.emu._wan import Wan, open_wan
+
+__all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
+
+BOUND_ABS_MS = 0.5
+BOUND_REL = 0.02
+
+
+def _q(values: np.ndarray, q: float) -> float:
+    return round(float(np.percentile(values, q)), 4) if values.size else float("nan")
+
+
+def delay_fidelity(
+    wan: Wan,
+    *,
+    samples: int = 20,
+    rate_per_s: float = 4000.0,
+    max_pairs: int = 2000,
+    seed: int = 0,
+    on_sent: Callable[[int], None] | None = None,
+    keep_pairs: bool = False,
+) -> dict[str, Any]:
+    """Probe host pairs and compare achieved with configured RTT.
+
+    Args:
+        samples: probes per pair.
+        rate_per_s: probes per second (each probe is two packets through the engine).
+        max_pairs: probe a seeded sample of this many unordered pairs when there are more.
+        on_sent: progress callback, called with the number of probes just sent.
+        keep_pairs: add "per_pair": [host a, host b, configured ms, median measured ms, samples].
+
+    Returns:
+        A JSON-ready dict: hosts, pairs, pps, rtt_error_ms {p50, p99, max},
+        rtt_rel_error {p50, p99}, bound_ratio_p99, within_bound and details.
+    """
+    n = len(wan.hosts)
+    pairs = list(itertools.combinations(range(n), 2))
+    if len(pairs) > max_pairs:
+        pairs = sorted(random.Random(seed).sample(pairs, max_pairs))
+    one_way = wan.configured_one_way_ms()
+    configured = np.array([one_way[i, j] + one_way[j, i] for i, j in pairs])
+    timeout_s = 0.5 + 2.0 * float(configured.max(initial=0.0)) / 1e3
+    with IcmpProber([h.netns for h in wan.hosts], [h.ip for h in wan.hosts]) as prober:
+        before = wan.stats()
+        result = prober.probe(
+            pairs,
+            samples=samples,
+            rate_per_s=rate_per_s,
+            timeout_s=timeout_s,
+            seed=seed,
+            on_sent=on_sent,
+        )
+        after = wan.stats()
+    measured_ms, expected_ms = [], []
+    for k, rtts in enumerate(result.rtts_s):
+        measured_ms.extend(r * 1e3 for r in rtts)
+        expected_ms.extend([configured[k]] * len(rtts))
+    measured = np.asarray(measured_ms)
+    expected = np.asarray(expected_ms)
+    signed = measured - expected
+    error = np.abs(signed)
+    bound = np.maximum(BOUND_ABS_MS, BOUND_REL * expected)
+    relative = error / np.maximum(expected, 1e-9)
+    forwarded = after["forwarded"] - before["forwarded"]
+    per_pair = [
+        float(np.median(np.asarray(r) * 1e3) - configured[k])
+        for k, r in enumerate(result.rtts_s)
+        if r
+    ]
+    summary = {
+        "hosts": n,
+        "pairs": len(pairs),
+        "samples_per_pair": samples,
+        "probes": result.sent,
+        "lost": result.lost,
+        "duration_s": round(result.duration_s, 3),
+        "pps": round(forwarded / result.duration_s, 1) if result.duration_s > 0 else 0.0,
+        "forwarded": forwarded,
+        "rtt_error_ms": {
+            "p50": _q(error, 50),
+            "p99": _q(error, 99),
+            "max": _q(error, 100),
+            "mean_signed": round(float(signed.mean()), 4) if signed.size else None,
+        },
+        "rtt_rel_error": {"p50": _q(relative, 50), "p99": _q(relative, 99)},
+        "bound": f"max({BOUND_ABS_MS} ms, {BOUND_REL:.0%} of RTT)",
+        "bound_ratio_p99": _q(error / bound, 99),
+        "within_bound": round(float((error <= bound).mean()), 5) if error.size else None,
+        "pair_median_error_ms": {
+            "p50": _q(np.abs(per_pair), 50),
+            "p99": _q(np.abs(per_pair), 99),
+            "max": _q(np.abs(per_pair), 100),
+        },
+        "configured_rtt_ms": {
+            "min": _q(configured, 0),
+            "median": _q(configured, 50),
+            "max": _q(configured, 100),
+        },
+        "topology": wan.topology.source,
+        "floor_rtt_ms": wan.calibration.floor_rtt_ms if wan.calibration else None,
+        "clamped_pairs": wan.clamped,
+        "engine": {
+            "realtime": after["realtime"],
+            "lateness_us": after["lateness_us"],
+            "early_us": after["early_us"],
+            "drops": after["drops"],
+            "kernel": after["kernel"],
+        },
+    }
+    if keep_pairs:
+        summary["per_pair"] = [
+            [
+                wan.hosts[i].name,
+                wan.hosts[j].name,
+                round(float(configured[k]), 4),
+                round(float(np.median(result.rtts_s[k])) * 1e3, 4) if result.rtts_s[k] else None,
+                len(result.rtts_s[k]),
+            ]
+            for k, (i, j) in enumerate(pairs)
+        ]
+    return summary
+
+
+def bringup_cost(
+    topology: str,
+    hosts: int,
+    *,
+    clamp: bool = True,
+    progress: Any = None,
+    run_dir: str | None = None,
+) -> dict[str, Any]:
+    """Bring a network up and down once; report the times and what was left behind."""
+    t0 = time.monotonic()
+    wan = open_wan(
+        topology, hosts=hosts, clamp=clamp, name="bench-bringup", run_dir=run_dir, progress=progress
+    )
+    up_s = time.monotonic() - t0
+    try:
+        calibration = wan.calibration
+        clamped = wan.clamped
+    finally:
+        t1 = time.monotonic()
+        wan.close()
+        down_s = time.monotonic() - t1
+    left = wan.teardown.get("leftovers", {})
+    return {
+        "hosts": hosts,
+        "up_s": round(up_s, 3),
+        "down_s": round(down_s, 3),
+        "leftovers": sum(left.values()),
+        "leftovers_detail": left,
+        "floor_rtt_ms": calibration.floor_rtt_ms if calibration else None,
+        "clamped_pairs": clamped,
+        "run_dir": str(wan.run_dir),
+    }
+
+
+def partition_effect(
+    wan: Wan,
+    groups: list[list[str]],
+    *,
+    inside: tuple[str, str],
+    across: tuple[str, str],
+    interval_s: float = 0.001,
+) -> dict[str, Any]:
+    """Partition the network, then heal it, while probing one pair inside a group
+    and one pair across groups every `interval_s`; measure when each change took effect.
+
+    Returns:
+        partition_effect_ms: from the start of the partition call to the last
+            reply that still crossed it (0 when none arrived after the call);
+        heal_effect_ms: from the start of the heal call to the sending of the
+            first probe across that was answered;
+        across_answered_during_partition and inside_lost_during_partition
+            (both 0 when the partition is exact); and the call durations.
+    """
+    hosts = [wan.host(name) for name in (*inside, *across)]
+    one_way = wan.configured_one_way_ms()
+    rtt_ms = max(
+        one_way[a.index, b.index] + one_way[b.index, a.index] for a, b in (hosts[:2], hosts[2:])
+    )
+    settle_s = 0.2 + 2.0 * rtt_ms / 1e3
+    pair_of = {}
+    sent_at: dict[int, float] = {}
+    answered: dict[int, float] = {}
+    probe = 0
+    marks: dict[str, float] = {}
+    with IcmpProber([h.netns for h in wan.hosts], [h.ip for h in wan.hosts]) as prober:
+
+        def run_for(duration_s: float) -> None:
+            nonlocal probe
+            end = time.monotonic() + duration_s
+            next_send = time.monotonic()
+            while time.monotonic() < end:
+                if time.monotonic() >= next_send:
+                    for kind, (a, b) in (("inside", hosts[:2]), ("across", hosts[2:])):
+                        sent_at[probe] = prober.send(a.index, b.index, probe)
+                        pair_of[probe] = kind
+                        probe += 1
+                    next_send += interval_s
+                for number, arrived in prober.receive(max(0.0, next_send - time.monotonic())):
+                    answered.setdefault(number, arrived)
+
+        run_for(settle_s)
+        marks["partition_start"] = time.time()
+        wan.partition(*groups)
+        marks["partition_end"] = time.time()
+        run_for(settle_s)
+        marks["heal_start"] = time.time()
+        wan.heal()
+        marks["heal_end"] = time.time()
+        run_for(settle_s)
+
+    def window(kind: str, start: float, end: float) -> list[int]:
+        return [k for k, t in sent_at.items() if pair_of[k] == kind and start <= t < end]
+
+    across_after = [
+        answered[k]
+        for k in answered
+        if pair_of[k] == "across"
+        and answered[k] >= marks["partition_start"]
+        and sent_at[k] < marks["heal_start"]
+    ]
+    last_across = max(across_after, default=marks["partition_start"])
+    during_across = window("across", marks["partition_end"], marks["heal_start"])
+    during_inside = window("inside", marks["partition_end"], marks["heal_start"] - settle_s / 2)
+    healed = sorted(
+        sent_at[k] for k in window("across", marks["heal_start"], float("inf")) if k in answered
+    )
+    return {
+        "probe_interval_ms": interval_s * 1e3,
+        "partition_call_ms": round((marks["partition_end"] - marks["partition_start"]) * 1e3, 3),
+        "heal_call_ms": round((marks["heal_end"] - marks["heal_start"]) * 1e3, 3),
+        "partition_effect_ms": round((last_across - marks["partition_start"]) * 1e3, 3),
+        "heal_effect_ms": round((healed[0] - marks["heal_start"]) * 1e3, 3) if healed else None,
+        "across_sent_during_partition": len(during_across),
+        "across_answered_during_partition": sum(1 for k in during_across if k in answered),
+        "inside_sent_during_partition": len(during_inside),
+        "inside_lost_during_partition": sum(1 for k in during_inside if k not in answered),
+    }

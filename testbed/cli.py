@@ -1,0 +1,589 @@
+# The `testbed` command.
+#
+# Every subcommand validates its input before it touches the machine, shows
+# progress on stderr for long steps, prints results as a table (or one JSON
+# object with --json on stdout), and tears down whatever it brought up on
+# exit, error, Ctrl-C or SIGTERM. Exit codes: 0 ok, 1 runtime failure,
+# 2 bad input, 130 interrupted.
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from testbed._progress import BringupProgress, console, err_console
+from testbed.errors import InputError, TestbedError
+
+__all__ = ["main"]
+
+
+def _fail(exc: BaseException) -> int:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    return 2 if isinstance(exc, InputError) else 1
+
+
+def _handled(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn testbed errors into a one-line message and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TestbedError as exc:
+            sys.exit(_fail(exc))
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted; torn down[/]")
+            sys.exit(130)
+
+    return wrapper
+
+
+def _hosts_option(value: str | None) -> int | list[str] | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise click.BadParameter(
+            "expected a host count (32) or a comma-separated list of node names (n3,n17)"
+        )
+    return names
+
+
+def topology_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--hosts, --pick, --seed, --scale, --clamp, --out: how a topology becomes a network."""
+    options = [
+        click.option(
+            "--hosts",
+            "hosts",
+            metavar="N|NAMES",
+            help="Host count (the first N nodes, or a sample with --pick random), or a comma-separated list of node names.",
+        ),
+        click.option(
+            "--pick",
+            type=click.Choice(["first", "random"]),
+            default="first",
+            show_default=True,
+            help="Which N nodes to emulate.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed for --pick random, loss and jitter.",
+        ),
+        click.option(
+            "--scale",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Multiply every latency by this.",
+        ),
+        click.option(
+            "--clamp",
+            is_flag=True,
+            help="Raise latencies below the engine's measured floor to it (else they are an error).",
+        ),
+        click.option(
+            "--out",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Run folder (default runs/<name>-<timestamp>).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="p2p-grid-testbed")
+def cli() -> None:
+    """P2P Grid Testbed: real peers in network namespaces on a WAN core that
+    delays every packet by its pair's latency from a real matrix.
+
+    TOPOLOGY is planetlab, planetlab:<frame 1-18>, sharcnet[:<seed>], a matrix
+    file (N x N RTT in ms) or a topology .toml.
+    """
+
+
+# -- up ----------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("topology")
+@topology_options
+@click.option(
+    "--script",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Run these Mininet CLI commands instead of an interactive prompt.",
+)
+@click.option("--no-cli", is_flag=True, help="Bring the network up, print the summary, tear down.")
+@_handled
+def up(
+    topology: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    clamp: bool,
+    out: Path | None,
+    script: str | None,
+    no_cli: bool,
+) -> None:
+    """Bring the network up and open Mininet's CLI on it (try: h1 ping -c3 h2)."""
+    from testbed.emu import open_wan
+
+    with open_wan(
+        topology,
+        hosts=_hosts_option(hosts),
+        pick=pick,
+        seed=seed,
+        scale=scale,
+        clamp=clamp,
+        run_dir=out,
+        name="up",
+        progress=BringupProgress(),
+    ) as wan:
+        _print_network(wan)
+        if not no_cli:
+            wan.cli(script=script)
+    err_console.print(f"torn down; run folder {wan.run_dir}")
+
+
+def _print_network(wan: Any) -> None:
+    table = Table(title=f"emulated WAN ({len(wan.hosts)} hosts)", show_header=False)
+    table.add_row("topology", wan.topology.source)
+    stats = wan.topology.stats()
+    if "median_ms" in stats:
+        table.add_row(
+            "RTT ms",
+            f"min {stats['min_ms']:.3f}  median {stats['median_ms']:.1f}  max {stats['max_ms']:.1f}",
+        )
+    cal = wan.calibration
+    if cal:
+        table.add_row(
+            "engine floor",
+            f"RTT {cal.floor_rtt_ms:.3f} ms (zero-delay p50 {cal.rtt0_p50_ms:.3f} ms); offset {cal.path_offset_us:.0f} us",
+        )
+    table.add_row(
+        "clamped pairs",
+        str(wan.clamped)
+        + (f" (raised to {cal.floor_rtt_ms:.3f} ms)" if wan.clamped and cal else ""),
+    )
+    first, last = wan.hosts[0], wan.hosts[-1]
+    table.add_row(
+        "hosts", f"{first.name} {first.ip} ({first.node}) ... {last.name} {last.ip} ({last.node})"
+    )
+    table.add_row("run folder", str(wan.run_dir))
+    err_console.print(table)
+
+
+# -- exec ----------------------------------------------------------------------------------------------
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("topology")
+@topology_options
+@click.option("--on", "on", metavar="HOSTS", help="Only these hosts (h1,h3,...).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Stop commands still running after this many seconds.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_handled
+def exec_(
+    topology: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    clamp: bool,
+    out: Path | None,
+    on: str | None,
+    timeout_s: float | None,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Bring the network up, run COMMAND on every host at once, tear down.
+
+    COMMAND may use {id} (1..N), {name} (h1), {ip}, {peers} (the other hosts'
+    IPs, comma-separated), {n}, {index}, {node}, {run}. Put -- before it.
+    Each host's output lands in the run folder: hosts/<host>/exec.out|err.
+    """
+    from testbed.emu import open_wan
+
+    argv = list(command)
+    with open_wan(
+        topology,
+        hosts=_hosts_option(hosts),
+        pick=pick,
+        seed=seed,
+        scale=scale,
+        clamp=clamp,
+        run_dir=out,
+        name="exec",
+        progress=BringupProgress(),
+    ) as wan:
+        chosen = on.split(",") if on else None
+        for h in chosen or []:
+            wan.host(h)
+        results = wan.exec(argv, hosts=chosen, timeout_s=timeout_s)
+    failed = [r for r in results if r.returncode != 0]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(wan.run_dir),
+                    "hosts": len(results),
+                    "failed": len(failed),
+                    "results": [
+                        {
+                            "host": r.host.name,
+                            "returncode": r.returncode,
+                            "timed_out": r.timed_out,
+                            "duration_s": round(r.duration_s, 3),
+                            "stdout": str(r.stdout_path),
+                            "stderr": str(r.stderr_path),
+                        }
+                        for r in results
+                    ],
+                }
+            )
+        )
+    else:
+        table = Table(title=" ".join(argv))
+        for col in ("host", "exit", "seconds", "last line of output"):
+            table.add_column(col)
+        for r in results:
+            lines = (r.stdout() or r.stderr()).strip().splitlines()
+            code = "timeout" if r.timed_out else str(r.returncode)
+            table.add_row(
+                r.host.name,
+                code if r.returncode == 0 else f"[red]{code}[/]",
+                f"{r.duration_s:.2f}",
+                lines[-1][:80] if lines else "",
+            )
+        console.print(table)
+        console.print(f"run folder: {wan.run_dir}")
+    sys.exit(1 if failed else 0)
+
+
+# -- bench -------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks of the emulator itself."""
+
+
+@bench.command(name="delay")
+@click.option("--topology", default="planetlab", show_default=True)
+@topology_options
+@click.option(
+    "--no-clamp",
+    is_flag=True,
+    help="Refuse latencies below the floor instead of clamping them (clamping is the default here; the result counts clamped pairs).",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="Probes per pair.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(1, 100_000),
+    default=4000,
+    show_default=True,
+    help="Probes per second (2 packets each through the engine).",
+)
+@click.option(
+    "--max-pairs",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="Probe a seeded sample of pairs beyond this.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def bench_delay(
+    topology: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    clamp: bool,
+    out: Path | None,
+    no_clamp: bool,
+    samples: int,
+    rate: float,
+    max_pairs: int,
+    as_json: bool,
+) -> None:
+    """Measure achieved RTT on host pairs against the configured matrix.
+
+    Pairs below the engine's floor are clamped to it (see --no-clamp) and
+    compared with the clamped value, which is what the engine was asked for.
+    """
+    clamp = not no_clamp
+    from rich.progress import Progress
+
+    from testbed.bench import delay_fidelity
+    from testbed.emu import open_wan
+    from testbed.runs import write_json
+
+    host_arg = _hosts_option(hosts) or 32
+    with open_wan(
+        topology,
+        hosts=host_arg,
+        pick=pick,
+        seed=seed,
+        scale=scale,
+        clamp=clamp,
+        run_dir=out,
+        name="bench-delay",
+        mininet=False,
+        progress=BringupProgress(),
+    ) as wan:
+        n = len(wan.hosts)
+        total = min(n * (n - 1) // 2, max_pairs) * samples
+        with Progress(
+            console=err_console, transient=True, disable=not err_console.is_terminal
+        ) as progress:
+            task = progress.add_task("probing", total=total)
+            result = delay_fidelity(
+                wan,
+                samples=samples,
+                rate_per_s=rate,
+                max_pairs=max_pairs,
+                seed=seed,
+                on_sent=lambda k: progress.advance(task, k),
+            )
+        result["run_dir"] = str(wan.run_dir)
+        write_json(wan.run_dir / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"delay fidelity: {result['hosts']} hosts, {result['pairs']} pairs x {samples}"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    err = result["rtt_error_ms"]
+    rel = result["rtt_rel_error"]
+    table.add_row("engine packets/s", f"{result['pps']:.0f}")
+    table.add_row(
+        "|RTT error| p50 / p99 / max (ms)",
+        f"{err['p50']:.3f} / {err['p99']:.3f} / {err['max']:.3f}",
+    )
+    table.add_row("relative error p50 / p99", f"{rel['p50']:.4f} / {rel['p99']:.4f}")
+    table.add_row(f"p99 of error / bound {result['bound']}", f"{result['bound_ratio_p99']:.3f}")
+    table.add_row("samples within bound", f"{result['within_bound']:.2%}")
+    table.add_row("lost probes", f"{result['lost']} of {result['probes']}")
+    table.add_row(
+        "floor RTT (ms), clamped pairs", f"{result['floor_rtt_ms']}, {result['clamped_pairs']}"
+    )
+    console.print(table)
+
+
+@bench.command(name="bringup")
+@click.option("--topology", default="planetlab", show_default=True)
+@click.option("--hosts", type=click.IntRange(1), default=200, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) -> None:
+    """Bring N hosts up and down once; report times and leftovers."""
+    from testbed.bench import bringup_cost
+    from testbed.runs import write_json
+
+    result = bringup_cost(topology, hosts, run_dir=out, progress=BringupProgress())
+    write_json(Path(result["run_dir"]) / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bring-up of {hosts} hosts")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in ("up_s", "down_s", "leftovers", "floor_rtt_ms", "clamped_pairs"):
+        table.add_row(key, str(result[key]))
+    console.print(table)
+
+
+# -- clean ---------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--force", is_flag=True, help="Also remove runs whose testbed process is still alive."
+)
+@click.option("--run", "run_id", metavar="RUN_ID", help="Only this run (the hex id in tb<id>-h1).")
+@click.option("--json", "as_json", is_flag=True)
+@_handled
+def clean(force: bool, run_id: str | None, as_json: bool) -> None:
+    """Remove the namespaces, links, rules and processes of runs that were killed."""
+    from testbed.emu._clean import clean as do_clean
+
+    report = do_clean(force=force, run_id=run_id)
+    if as_json:
+        print(json.dumps(report.__dict__))
+    else:
+        if report.nothing_done:
+            console.print("nothing to clean")
+        else:
+            console.print(
+                f"removed {len(report.runs)} run(s): {len(report.netns_removed)} namespaces, {len(report.processes_killed)} processes"
+            )
+        for rid in report.live_runs_skipped:
+            console.print(f"[yellow]run {rid} is still running; left alone (use --force)[/]")
+    if report.still_alive:
+        err_console.print(f"[red]processes that would not die: {report.still_alive}[/]")
+        sys.exit(1)
+
+
+# -- topology ------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def topology() -> None:
+    """Inspect and generate latency matrices."""
+
+
+@topology.command(name="show")
+@click.argument("ref")
+@click.option("--hosts", "hosts", metavar="N|NAMES")
+@click.option("--pick", type=click.Choice(["first", "random"]), default="first")
+@click.option("--seed", type=int, default=0)
+@click.option("--scale", type=float, default=1.0)
+@click.option(
+    "--floor", "floor_ms", type=float, default=None, help="Count pairs below this RTT (ms)."
+)
+@click.option("--json", "as_json", is_flag=True)
+@_handled
+def topology_show(
+    ref: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    floor_ms: float | None,
+    as_json: bool,
+) -> None:
+    """Validate a topology and print its figures."""
+    from testbed.topology import load_topology
+
+    topo = load_topology(ref)
+    host_arg = _hosts_option(hosts)
+    if isinstance(host_arg, list):
+        topo = topo.select(hosts=host_arg)
+    else:
+        topo = topo.select(host_arg, pick=pick, seed=seed if pick == "random" else None)
+    topo = topo.scaled(scale)
+    stats: dict[str, Any] = {"source": topo.source, **topo.stats()}
+    labels = sorted({f"{k}={v}" for lab in topo.labels for k, v in lab.items()})
+    if labels:
+        stats["labels"] = len(labels)
+    if floor_ms is not None:
+        stats["pairs_below_floor"] = len(topo.pairs_below(floor_ms))
+    if as_json:
+        print(json.dumps(stats))
+        return
+    table = Table(show_header=False)
+    for key, value in stats.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+@topology.command(name="generate")
+@click.argument("kind", type=click.Choice(["sharcnet"]))
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--inter",
+    default="planetlab:1",
+    show_default=True,
+    help="Matrix the inter-cluster latencies come from.",
+)
+@click.option(
+    "--clusters",
+    default=None,
+    help="Comma-separated cluster sizes (default: 10 clusters, 2,091 nodes).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Matrix file to write (.txt, .txt.gz or .npy); hosts go to <output>.hosts.csv.",
+)
+@_handled
+def topology_generate(kind: str, seed: int, inter: str, clusters: str | None, output: Path) -> None:
+    """Generate a SHARCNET-style grid matrix (seed 002 §5.2.2)."""
+    import numpy as np
+
+    from testbed.topology import DEFAULT_CLUSTERS, load_topology, sharcnet_grid, write_matrix
+
+    sizes = DEFAULT_CLUSTERS
+    if clusters:
+        try:
+            sizes = tuple(int(x) for x in clusters.split(","))
+        except ValueError:
+            raise InputError(
+                f"--clusters must be comma-separated integers, not {clusters!r}",
+                source="<--clusters>",
+            ) from None
+    topo = sharcnet_grid(load_topology(inter), seed=seed, clusters=sizes)
+    if output.suffix == ".npy":
+        np.save(output, topo.rtt_ms)
+    else:
+        write_matrix(topo, output)
+    hosts_path = output.with_name(output.name + ".hosts.csv")
+    with hosts_path.open("w") as stream:
+        stream.write("index,name,cluster,interconnect\n")
+        for k, (name, labels) in enumerate(zip(topo.names, topo.labels, strict=True)):
+            stream.write(f"{k},{name},{labels['cluster']},{labels['interconnect']}\n")
+    console.print(f"wrote {output} ({topo.n} nodes) and {hosts_path}")
+
+
+# -- demo ----------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--hosts", type=click.IntRange(4), default=32, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@_handled
+def demo(hosts: int, out: Path | None) -> None:
+    """32 PlanetLab hosts: fidelity check, a partition and heal, and a report."""
+    from testbed.demo import run_demo
+
+    run_demo(hosts=hosts, out=out)
+
+
+def main() -> None:
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so that every `with` tears down.
+    def _terminate(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    cli(prog_name="testbed")
+
+
+if __name__ == "__main__":
+    main()

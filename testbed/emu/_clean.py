@@ -1,0 +1,138 @@
+# Removing what testbed runs left behind, and counting what is left.
+#
+# Everything a run creates lives in its namespaces ("tb<run>-core",
+# "tb<run>-h<k>"): links, addresses, routes, the NFQUEUE rule, and every
+# process it starts (engine, shells, user commands). So cleaning a run is:
+# kill every process in its namespaces, then unmount the namespaces. Nothing
+# is searched for by process name (no killall), and nothing outside our
+# namespaces is touched.
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from dataclasses import dataclass, field
+
+from pyroute2 import IPRoute
+
+from testbed.emu._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
+from testbed.emu._plan import NETNS_PREFIX_RE
+from testbed.emu._registry import list_runs
+
+__all__ = ["CleanReport", "RootSnapshot", "clean", "netns_of_run"]
+
+
+@dataclass
+class CleanReport:
+    runs: list[str] = field(default_factory=list)
+    netns_removed: list[str] = field(default_factory=list)
+    processes_killed: list[int] = field(default_factory=list)
+    live_runs_skipped: list[str] = field(default_factory=list)
+    still_alive: list[int] = field(default_factory=list)
+
+    @property
+    def nothing_done(self) -> bool:
+        return not (self.runs or self.netns_removed or self.processes_killed)
+
+
+def netns_of_run(run_id: str | None = None) -> dict[str, list[str]]:
+    """Our namespaces on this machine, by run id (only `run_id` if given)."""
+    found: dict[str, list[str]] = {}
+    for name in list_netns():
+        match = NETNS_PREFIX_RE.match(name)
+        if match and (run_id is None or match.group(1) == run_id):
+            found.setdefault(match.group(1), []).append(name)
+    return found
+
+
+def remove_run(
+    netns: list[str], extra_pids: list[int] = ()
+) -> tuple[list[int], list[int], list[str]]:
+    """Kill every process in `netns` (and `extra_pids`), then remove the namespaces.
+
+    Returns (pids signalled, pids still alive, namespaces removed).
+    """
+    ids = []
+    for name in netns:
+        with contextlib.suppress(FileNotFoundError):
+            ids.append(netns_id(name))
+    pids = sorted(set(pids_in_netns(ids)) | {p for p in extra_pids if _exists(p)})
+    alive = kill_processes(pids, grace_s=1.0) if pids else []
+    removed = [name for name in netns if remove_netns(name)]
+    return pids, alive, removed
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def clean(*, force: bool = False, run_id: str | None = None) -> CleanReport:
+    """Remove the namespaces and processes of runs whose owner is gone.
+
+    Args:
+        force: also remove runs whose owning testbed process is still alive.
+        run_id: only this run.
+    """
+    report = CleanReport()
+    records = {r.run_id: r for r in list_runs() if run_id is None or r.run_id == run_id}
+    namespaces = netns_of_run(run_id)
+    for rid in sorted(set(records) | set(namespaces)):
+        record = records.get(rid)
+        if record is not None and record.owner_alive() and not force:
+            report.live_runs_skipped.append(rid)
+            continue
+        netns = sorted(set(namespaces.get(rid, [])) | (set(record.netns) if record else set()))
+        pids, alive, removed = remove_run(netns, record.pids if record else [])
+        report.runs.append(rid)
+        report.processes_killed += pids
+        report.still_alive += alive
+        report.netns_removed += removed
+        if record is not None and not alive:
+            record.remove()
+    return report
+
+
+@dataclass(frozen=True)
+class RootSnapshot:
+    """What the root namespace holds that a run could leak: veth links and NFQUEUE rules."""
+
+    veth_links: frozenset[str]
+    nfqueue_rules: int
+
+    @classmethod
+    def take(cls) -> RootSnapshot:
+        with IPRoute() as ipr:
+            veths = frozenset(
+                link.get("ifname")
+                for link in ipr.get_links()
+                if (link.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) or "") == "veth"
+            )
+        return cls(veths, _count_nfqueue_rules())
+
+
+def _count_nfqueue_rules() -> int:
+    total = 0
+    for tool in ("iptables-save", "iptables-legacy-save"):
+        try:
+            out = subprocess.run(
+                [tool], capture_output=True, text=True, check=False, timeout=10
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        total += sum(1 for line in out.splitlines() if "NFQUEUE" in line)
+    return total
+
+
+def leftovers(run_id: str, recorded_pids: list[int], before: RootSnapshot) -> dict[str, int]:
+    """Count what a finished run left: its namespaces, its processes, and new
+    veth links or NFQUEUE rules in the root namespace since `before`."""
+    after = RootSnapshot.take()
+    namespaces = sum(len(v) for v in netns_of_run(run_id).values())
+    processes = sum(1 for pid in recorded_pids if _exists(pid))
+    links = len(after.veth_links - before.veth_links)
+    rules = max(0, after.nfqueue_rules - before.nfqueue_rules)
+    return {"netns": namespaces, "links": links, "rules": rules, "processes": processes}

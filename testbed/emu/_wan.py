@@ -1,0 +1,895 @@
+# The emulated WAN: bring-up, use and teardown of hosts on a delaying core.
+#
+# Theory of operation
+#   open_wan() plans the network (names, addresses), records the run in the
+#   registry, builds namespaces and links, installs the NFQUEUE rule, starts
+#   the delay engine in the core, starts Mininet shells, calibrates the engine
+#   (the RTT of the emulated path with no delay added: its floor and the
+#   offset to subtract), checks the matrix against the floor, loads it, and
+#   returns a Wan. Every step is logged to <run>/testbed.log as it happens.
+#   Wan.close() undoes all of it in reverse; it runs on exceptions and Ctrl-C
+#   (the Wan is a context manager) and ignores further Ctrl-C while it works.
+#
+# Names: host k is "h<k>" everywhere (Mininet CLI, control calls, logs); the
+# topology node it emulates (e.g. "n17" of PlanetLab) is EmuHost.node.
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from testbed.emu._build import build_network, install_queue_rule
+from testbed.emu._clean import RootSnapshot, leftovers, remove_run
+from testbed.emu._netns import nsenter_argv
+from testbed.emu._plan import NetworkPlan, new_run_id, plan_network
+from testbed.emu._probe import IcmpProber
+from testbed.emu._registry import RunRecord
+from testbed.emu.engine import EngineClient, write_delay_file
+from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
+from testbed.runs import JsonLog, new_run_dir, write_json
+from testbed.topology import Topology, load_topology, write_matrix
+
+__all__ = ["Calibration", "EmuHost", "ExecResult", "HostProcess", "Wan", "open_wan"]
+
+ENGINE_READY_TIMEOUT_S = 15.0
+CALIBRATION_PROBES = 800
+CALIBRATION_RATE_PER_S = 2000.0
+# The floor is rounded up to this grain, so a run reports a stable figure.
+FLOOR_GRAIN_MS = 0.01
+FLOOR_PERCENTILE = 90
+
+
+@dataclass(frozen=True, slots=True)
+class EmuHost:
+    """One emulated host."""
+
+    index: int  # 0-based: row of the matrix, position in Wan.hosts
+    name: str  # "h1"
+    ip: str
+    netns: str
+    node: str  # the topology node it emulates
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        return self.index + 1
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """argv that runs `argv` inside this host's namespace."""
+        return [*nsenter_argv(self.netns), *argv]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What the emulated path costs with no delay added (measured at bring-up)."""
+
+    floor_rtt_ms: float  # the smallest RTT the engine delivers reliably (p90 at zero delay)
+    rtt0_p50_ms: float
+    rtt0_p99_ms: float
+    engine_proc_us: float  # median time from kernel arrival to the engine's verdict
+    path_offset_us: float  # subtracted from each hold: one-way path latency outside the engine
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    host: EmuHost
+    returncode: int | None  # None if it was killed at the timeout
+    duration_s: float
+    stdout_path: Path
+    stderr_path: Path
+    timed_out: bool
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+class HostProcess:
+    """A process the testbed started on a host; its output goes to the run folder."""
+
+    def __init__(
+        self, host: EmuHost, popen: subprocess.Popen[bytes], stdout_path: Path, stderr_path: Path
+    ) -> None:
+        self.host = host
+        self.popen = popen
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+        self.started = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        return self.popen.wait(timeout_s)
+
+    def terminate(self, grace_s: float = 2.0) -> int | None:
+        """SIGTERM its process group, then SIGKILL after grace_s. Returns the exit code."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP in the body (main thread only): teardown must finish."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {
+        sig: signal.signal(sig, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+class Wan:
+    """An emulated WAN. Create it with open_wan(); close it (or use `with`).
+
+    Attributes:
+        hosts: the emulated hosts, hosts[k] is "h<k+1>".
+        topology: the selected and scaled topology it emulates (before clamping).
+        run_dir: the run folder.
+        calibration: the engine's measured floor and offset (None with one host).
+        clamped: how many ordered pairs were raised to the floor.
+        net: the Mininet object (for mininet.cli.CLI), or None if shells were not started.
+    """
+
+    def __init__(
+        self, topology: Topology, plan: NetworkPlan, run_dir: Path, *, scale: float
+    ) -> None:
+        self.topology = topology
+        self.plan = plan
+        self.run_dir = run_dir
+        self.scale_factor = scale
+        self.hosts = tuple(
+            EmuHost(
+                p.index, p.name, p.ip, p.netns, topology.names[p.index], topology.labels[p.index]
+            )
+            for p in plan.hosts
+        )
+        self._by_name = {h.name: h for h in self.hosts}
+        self._by_name.update({h.node: h for h in self.hosts if h.node not in self._by_name})
+        self.calibration: Calibration | None = None
+        self.clamped = 0
+        self.net: Any = None
+        self.engine: EngineClient | None = None
+        self._engine_proc: subprocess.Popen[bytes] | None = None
+        self._shells: list[Any] = []
+        self._processes: list[HostProcess] = []
+        self._record = RunRecord.for_this_process(plan.run_id, run_dir, plan.netns_names)
+        self._log = JsonLog(run_dir / "testbed.log")
+        self._closed = False
+        self.teardown: dict[str, Any] = {}
+        self._root_before = RootSnapshot.take()
+
+    # -- bring-up ---------------------------------------------------------------------------------
+
+    def _start(
+        self,
+        *,
+        mininet: bool,
+        calibrate: bool,
+        clamp: bool,
+        realtime: bool,
+        seed: int,
+        progress: Any,
+    ) -> None:
+        t0 = time.monotonic()
+        self._record.save()
+        self._log.write(
+            "bringup.start",
+            run_id=self.plan.run_id,
+            hosts=len(self.hosts),
+            topology=self.topology.source,
+        )
+        build_network(self.plan, progress.advance if progress else lambda _k: None)
+        self._log.write("bringup.network", elapsed_s=round(time.monotonic() - t0, 3))
+        iptables = install_queue_rule(self.plan, queue=0)
+        self._start_engine(realtime=realtime, seed=seed)
+        self._log.write(
+            "bringup.engine",
+            elapsed_s=round(time.monotonic() - t0, 3),
+            iptables=iptables,
+            pid=self._engine_proc.pid,
+        )
+        if mininet:
+            from testbed.emu._mininet import build_mininet
+
+            if progress:
+                progress.phase("shells")
+            self.net, self._shells = build_mininet(self.plan)
+            for shell in self._shells:
+                self._record.pids.append(shell.pid)
+            self._record.save()
+            self._log.write("bringup.shells", elapsed_s=round(time.monotonic() - t0, 3))
+        if calibrate and len(self.hosts) >= 2:
+            if progress:
+                progress.phase("calibrating")
+            self.calibration = self._calibrate()
+            self._log.write("bringup.calibration", **_asdict(self.calibration))
+        self._load_checked(self.topology, clamp=clamp, initial=True)
+        assert self.engine is not None
+        self.engine.counters(reset=True)
+        self.up_s = time.monotonic() - t0
+        self._log.write("bringup.done", up_s=round(self.up_s, 3), clamped=self.clamped)
+        self._write_description()
+
+    def _start_engine(self, *, realtime: bool, seed: int) -> None:
+        engine_dir = self.run_dir / "engine"
+        engine_dir.mkdir(exist_ok=True)
+        n = len(self.hosts)
+        zero = engine_dir / "zero.f64"
+        write_delay_file(zero, [[0.0] * n for _ in range(n)])
+        # Not in the run folder: a Unix socket path is limited to 107 bytes.
+        # Not an abstract socket either: those are per network namespace.
+        control = self._record.control_path
+        config = {
+            "hosts": n,
+            "ip_base": self.plan.ip_base,
+            "matrix_path": str(zero),
+            "control_path": str(control),
+            "log_path": str(engine_dir / "engine.log"),
+            "queue": 0,
+            "seed": seed,
+            "realtime_priority": 20 if realtime else 0,
+        }
+        config_path = engine_dir / "config.json"
+        write_json(config_path, config)
+        ready_r, ready_w = os.pipe()
+        argv = [
+            *nsenter_argv(self.plan.core_netns),
+            sys.executable,
+            "-m",
+            "testbed.emu.engine",
+            str(config_path),
+            "--ready-fd",
+            str(ready_w),
+        ]
+        with (engine_dir / "engine.stderr").open("ab") as stderr:
+            self._engine_proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(ready_w,),
+                start_new_session=True,
+            )
+        os.close(ready_w)
+        self._record.add_pid(self._engine_proc.pid)
+        line = b""
+        deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
+        try:
+            while b"\n" not in line:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise EmulationError(
+                        f"the delay engine did not start within {ENGINE_READY_TIMEOUT_S:.0f} s; see {engine_dir / 'engine.stderr'}"
+                    )
+                readable, _, _ = select.select([ready_r], [], [], remaining)
+                if readable:
+                    chunk = os.read(ready_r, 64)
+                    if not chunk:
+                        err = (
+                            (engine_dir / "engine.stderr")
+                            .read_text(errors="replace")
+                            .strip()
+                            .splitlines()
+                        )
+                        raise EmulationError(
+                            "the delay engine exited during start-up: "
+                            + (err[-1] if err else f"exit code {self._engine_proc.wait()}")
+                        )
+                    line += chunk
+        finally:
+            os.close(ready_r)
+        self.engine = EngineClient(control)
+
+    def _calibrate(self) -> Calibration:
+        """Measure the RTT of the path with nothing held, and tell the engine."""
+        assert self.engine is not None
+        n = len(self.hosts)
+        pairs = [(k, (k + 1) % n) for k in range(min(n, 4))]
+        if n == 2:
+            pairs = [(0, 1), (1, 0)]
+        samples = max(1, CALIBRATION_PROBES // len(pairs))
+        with IcmpProber([h.netns for h in self.hosts], [h.ip for h in self.hosts]) as prober:
+            # A short warm-up first: caches, the engine's first wake-ups.
+            prober.probe(pairs, samples=5, rate_per_s=CALIBRATION_RATE_PER_S, timeout_s=0.5, seed=1)
+            self.engine.counters(reset=True)
+            result = prober.probe(
+                pairs, samples=samples, rate_per_s=CALIBRATION_RATE_PER_S, timeout_s=1.0, seed=2
+            )
+            after = self.engine.stats()
+        rtts = [r for per_pair in result.rtts_s for r in per_pair]
+        if len(rtts) < len(pairs) * samples // 2:
+            raise EmulationError(
+                f"calibration lost {result.lost} of {result.sent} probes between hosts with no delay configured; "
+                f"the WAN core does not forward (see {self.run_dir / 'engine'})"
+            )
+        proc_us = float(after["immediate_us"].get("p50", 0.0))
+        rtt_p50_ms = _percentile(rtts, 50) * 1e3
+        rtt_p99_ms = _percentile(rtts, 99) * 1e3
+        offset_us = max(0.0, rtt_p50_ms * 1e3 / 2 - proc_us)
+        # The floor is the 90th percentile of the zero-delay RTT. Higher
+        # percentiles measure this machine's wake-up noise (a vCPU woken from
+        # idle can take 0.2-2 ms on a shared host) and swing from run to run.
+        floor_rtt_ms = float(
+            np.ceil(_percentile(rtts, FLOOR_PERCENTILE) * 1e3 / FLOOR_GRAIN_MS) * FLOOR_GRAIN_MS
+        )
+        self.engine.set_calibration(
+            path_offset_s=offset_us * 1e-6, floor_one_way_s=floor_rtt_ms / 2 * 1e-3
+        )
+        return Calibration(
+            floor_rtt_ms=round(floor_rtt_ms, 4),
+            rtt0_p50_ms=round(rtt_p50_ms, 4),
+            rtt0_p99_ms=round(rtt_p99_ms, 4),
+            engine_proc_us=round(proc_us, 1),
+            path_offset_us=round(offset_us, 1),
+            samples=len(rtts),
+        )
+
+    def _load_checked(self, topology: Topology, *, clamp: bool, initial: bool = False) -> int:
+        """Check `topology` against the floor, clamp or refuse, and load it into the engine."""
+        assert self.engine is not None
+        floor = self.calibration.floor_rtt_ms if self.calibration else 0.0
+        below = topology.pairs_below(floor)
+        clamped = 0
+        if below:
+            if not clamp:
+                names = topology.names
+                pairs = [
+                    (
+                        f"{self.hosts[i].name}({names[i]})",
+                        f"{self.hosts[j].name}({names[j]})",
+                        float(topology.rtt_ms[i, j]),
+                    )
+                    for i, j in below
+                ]
+                raise FloorError(pairs, floor)
+            topology, clamped = topology.clamped(floor)
+        path = (
+            self.run_dir
+            / "engine"
+            / ("matrix.f64" if initial else f"matrix-{int(time.time() * 1000)}.f64")
+        )
+        write_delay_file(path, (topology.one_way_ms() / 1e3).tolist())
+        self.engine.load_matrix(path, clamp=clamp)
+        if initial:
+            self.clamped = clamped
+        return clamped
+
+    def _write_description(self) -> None:
+        topo_dir = self.run_dir / "topology"
+        topo_dir.mkdir(exist_ok=True)
+        write_matrix(self.topology, topo_dir / "matrix.txt.gz")
+        with (topo_dir / "hosts.csv").open("w") as out:
+            out.write("host,ip,netns,node,labels\n")
+            for h in self.hosts:
+                labels = ";".join(f"{k}={v}" for k, v in h.labels.items())
+                out.write(f"{h.name},{h.ip},{h.netns},{h.node},{labels}\n")
+        write_json(
+            self.run_dir / "emulation.json",
+            {
+                "run_id": self.plan.run_id,
+                "hosts": len(self.hosts),
+                "topology": self.topology.source,
+                "topology_stats": self.topology.stats(),
+                "scale": self.scale_factor,
+                "subnet": self.plan.subnet,
+                "core": {"netns": self.plan.core_netns, "ip": self.plan.core_ip},
+                "calibration": None if self.calibration is None else _asdict(self.calibration),
+                "clamped_pairs": self.clamped,
+                "clamped_to_rtt_ms": self.calibration.floor_rtt_ms
+                if self.calibration and self.clamped
+                else None,
+                "up_s": round(self.up_s, 3),
+            },
+        )
+
+    # -- hosts and processes -------------------------------------------------------------------------
+
+    def host(self, name: str | EmuHost) -> EmuHost:
+        """The host called `name` ("h3", or the topology node name such as "n17").
+
+        Raises:
+            ControlError: no such host.
+        """
+        if isinstance(name, EmuHost):
+            return name
+        try:
+            return self._by_name[name]
+        except (KeyError, TypeError):
+            raise ControlError(
+                "host", f"unknown host {name!r}; hosts are h1..h{len(self.hosts)}", field="host"
+            ) from None
+
+    def _indices(
+        self, op: str, names: Iterable[str | EmuHost] | str | EmuHost | None, field_name: str
+    ) -> list[int] | None:
+        if names is None:
+            return None
+        if isinstance(names, str | EmuHost):
+            names = [names]
+        out = []
+        for name in names:
+            try:
+                out.append(self.host(name).index)
+            except ControlError:
+                raise ControlError(
+                    op, f"unknown host {name!r}; hosts are h1..h{len(self.hosts)}", field=field_name
+                ) from None
+        return out
+
+    def substitutions(self, host: EmuHost) -> dict[str, str]:
+        """The placeholders a command may use, and their values on `host`."""
+        return {
+            "id": str(host.number),
+            "index": str(host.index),
+            "name": host.name,
+            "ip": host.ip,
+            "node": host.node,
+            "n": str(len(self.hosts)),
+            "peers": ",".join(h.ip for h in self.hosts if h is not host),
+            "run": str(self.run_dir.resolve()),
+        }
+
+    def command_argv(self, host: EmuHost, command: str | Sequence[str]) -> list[str]:
+        """Split (if a string) and substitute {id}, {ip}, {peers}, ... in every argument.
+
+        Raises:
+            InputError: an unknown placeholder or unbalanced braces.
+        """
+        tokens = shlex.split(command) if isinstance(command, str) else list(command)
+        if not tokens:
+            raise InputError("the command is empty", source="<command>")
+        values = self.substitutions(host)
+        out = []
+        for token in tokens:
+            try:
+                out.append(token.format_map(values))
+            except KeyError as exc:
+                raise InputError(
+                    f"unknown placeholder {{{exc.args[0]}}} in {token!r}; known: "
+                    + ", ".join("{" + k + "}" for k in values)
+                    + " (write {{ and }} for literal braces)",
+                    source="<command>",
+                ) from None
+            except (ValueError, IndexError) as exc:
+                raise InputError(f"bad braces in {token!r}: {exc}", source="<command>") from None
+        return out
+
+    def _log_paths(self, host: EmuHost, label: str) -> tuple[Path, Path]:
+        folder = self.run_dir / "hosts" / host.name
+        folder.mkdir(parents=True, exist_ok=True)
+        stem, k = label, 1
+        while (folder / f"{stem}.out").exists():
+            k += 1
+            stem = f"{label}.{k}"
+        return folder / f"{stem}.out", folder / f"{stem}.err"
+
+    def popen(
+        self,
+        host: str | EmuHost,
+        command: str | Sequence[str],
+        *,
+        label: str = "cmd",
+        env: Mapping[str, str] | None = None,
+    ) -> HostProcess:
+        """Start `command` on `host`; stdout/stderr go to <run>/hosts/<host>/<label>.out/.err.
+
+        The process is stopped at teardown if it is still running.
+        """
+        self._check_open()
+        host = self.host(host)
+        argv = self.command_argv(host, command)
+        out_path, err_path = self._log_paths(host, label)
+        full_env = None if env is None else {**os.environ, **env}
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            try:
+                popen = subprocess.Popen(
+                    host.argv(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=full_env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise EmulationError(f"cannot start {argv[0]!r} on {host.name}: {exc}") from None
+        process = HostProcess(host, popen, out_path, err_path)
+        self._processes.append(process)
+        self._record.add_pid(popen.pid)
+        self._log.write("process.start", host=host.name, pid=popen.pid, argv=argv, label=label)
+        return process
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        hosts: Iterable[str | EmuHost] | None = None,
+        timeout_s: float | None = None,
+        label: str = "exec",
+        on_done: Callable[[ExecResult], None] | None = None,
+    ) -> list[ExecResult]:
+        """Run `command` on every host (or `hosts`) at once and wait for all.
+
+        Processes still running at `timeout_s` are stopped (timed_out=True).
+        Results come in host order.
+        """
+        chosen = [self.host(h) for h in hosts] if hosts is not None else list(self.hosts)
+        argvs = [
+            self.command_argv(h, command) for h in chosen
+        ]  # validate everything before starting anything
+        del argvs
+        procs = [self.popen(h, command, label=label) for h in chosen]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        results: dict[int, ExecResult] = {}
+        pending = list(procs)
+        while pending:
+            still = []
+            for proc in pending:
+                code = proc.poll()
+                if code is None and deadline is not None and time.monotonic() >= deadline:
+                    proc.terminate(grace_s=1.0)
+                    result = ExecResult(
+                        proc.host,
+                        None,
+                        time.monotonic() - proc.started,
+                        proc.stdout_path,
+                        proc.stderr_path,
+                        True,
+                    )
+                elif code is None:
+                    still.append(proc)
+                    continue
+                else:
+                    result = ExecResult(
+                        proc.host,
+                        code,
+                        time.monotonic() - proc.started,
+                        proc.stdout_path,
+                        proc.stderr_path,
+                        False,
+                    )
+                results[proc.host.index] = result
+                self._log.write(
+                    "process.exit",
+                    host=proc.host.name,
+                    pid=proc.pid,
+                    returncode=result.returncode,
+                    timed_out=result.timed_out,
+                )
+                if on_done is not None:
+                    on_done(result)
+            pending = still
+            if pending:
+                time.sleep(0.01)
+        return [results[h.index] for h in chosen]
+
+    def run(
+        self, host: str | EmuHost, argv: Sequence[str], *, timeout_s: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a short command on `host` and capture its output (not logged to the run folder)."""
+        self._check_open()
+        return subprocess.run(
+            self.host(host).argv(list(argv)),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def cli(self, script: str | None = None) -> None:
+        """Open Mininet's CLI on the network (`h1 ping -c1 h2`, `pingall`, ...)."""
+        if self.net is None:
+            raise EmulationError("this network was opened with mininet=False; there is no CLI")
+        from mininet.cli import CLI
+
+        CLI(self.net, script=script)
+
+    # -- runtime control -------------------------------------------------------------------------------
+
+    def _engine(self) -> EngineClient:
+        self._check_open()
+        assert self.engine is not None
+        return self.engine
+
+    def set_rtt(
+        self, a: str | EmuHost, b: str | EmuHost, rtt_ms: float, *, clamp: bool = False
+    ) -> None:
+        """Set the RTT between a and b: a one-way delay of rtt_ms / 2 in each direction."""
+        src = self._indices("set_rtt", a, "a")
+        dst = self._indices("set_rtt", b, "b")
+        if not isinstance(rtt_ms, int | float) or not rtt_ms >= 0:
+            raise ControlError(
+                "set_rtt", f"expected an RTT >= 0 ms, not {rtt_ms!r}", field="rtt_ms"
+            )
+        engine = self._engine()
+        # Check both directions before changing either.
+        if self.calibration and rtt_ms < self.calibration.floor_rtt_ms and not clamp:
+            raise ControlError(
+                "set_rtt",
+                f"{rtt_ms} ms is below the engine's measured floor of {self.calibration.floor_rtt_ms} ms; pass clamp=True to use the floor",
+                field="rtt_ms",
+            )
+        engine.set_delay(rtt_ms / 2e3, src, dst, clamp=clamp)
+        engine.set_delay(rtt_ms / 2e3, dst, src, clamp=clamp)
+
+    def set_delay(self, src: Any, dst: Any, one_way_ms: float, *, clamp: bool = False) -> int:
+        """Set the one-way delay of every (s, d) in src x dst (names or lists of names; None = all)."""
+        if not isinstance(one_way_ms, int | float):
+            raise ControlError(
+                "set_delay", f"expected a delay in ms, not {one_way_ms!r}", field="one_way_ms"
+            )
+        return self._engine().set_delay(
+            one_way_ms / 1e3,
+            self._indices("set_delay", src, "src"),
+            self._indices("set_delay", dst, "dst"),
+            clamp=clamp,
+        )["pairs"]
+
+    def scale(self, factor: float, *, clamp: bool = False) -> int:
+        """Multiply every delay by `factor`; returns how many pairs were clamped."""
+        return self._engine().scale(factor, clamp=clamp)["clamped"]
+
+    def load_topology(self, topology: Topology | str, *, clamp: bool = False) -> int:
+        """Switch to another matrix for the same hosts (e.g. "planetlab:2", another time frame).
+
+        The same topology nodes are selected from it and the run's scale is
+        applied. Returns how many pairs were clamped to the floor.
+        """
+        self._check_open()
+        new = load_topology(topology) if isinstance(topology, str) else topology
+        if new.n != len(self.hosts) or new.names != self.topology.names:
+            new = new.select(hosts=[h.node for h in self.hosts])
+        new = new.scaled(self.scale_factor)
+        clamped = self._load_checked(new, clamp=clamp)
+        self._log.write("control.load_topology", source=new.source, clamped=clamped)
+        return clamped
+
+    def set_loss(self, rate: float, *, src: Any = None, dst: Any = None) -> int:
+        """Drop packets of the pairs src x dst (None = all) with probability `rate`."""
+        return self._engine().set_loss(
+            rate, self._indices("set_loss", src, "src"), self._indices("set_loss", dst, "dst")
+        )["pairs"]
+
+    def set_jitter(
+        self, dist: str | None, *, src: Any = None, dst: Any = None, **params: float
+    ) -> int:
+        """Add jitter to src x dst (None = all): dist "normal" (sigma_ms), "uniform" (width_ms),
+        "pareto" (mean_ms, alpha); dist=None removes it. Seeded by the run's seed."""
+        spec = None if dist is None else {"dist": dist, **params}
+        return self._engine().set_jitter(
+            spec, self._indices("set_jitter", src, "src"), self._indices("set_jitter", dst, "dst")
+        )["pairs"]
+
+    def partition(self, *groups: Iterable[str | EmuHost]) -> None:
+        """Cut the network into groups that cannot reach each other (unlisted hosts form one more group)."""
+        indices = [self._indices("partition", list(g), "groups") or [] for g in groups]
+        self._engine().partition(indices)
+
+    def heal(self) -> None:
+        """Remove every partition."""
+        self._engine().heal()
+
+    def host_down(self, host: str | EmuHost) -> None:
+        """Drop every packet to or from `host` until host_up()."""
+        (index,) = self._indices("host_down", host, "host")
+        self._engine().host_down(index)
+
+    def host_up(self, host: str | EmuHost) -> None:
+        (index,) = self._indices("host_up", host, "host")
+        self._engine().host_up(index)
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters and timing figures."""
+        return self._engine().stats()
+
+    def counters(self, *, reset: bool = False) -> dict[str, np.ndarray]:
+        """Per ordered pair (n x n arrays): forwarded packets and bytes, dropped packets."""
+        raw = self._engine().counters(reset=reset)
+        return {key: np.asarray(value, dtype=np.int64) for key, value in raw.items()}
+
+    def configured_one_way_ms(self) -> np.ndarray:
+        """The one-way delays the engine applies now (n x n, ms), after any change or clamp."""
+        return np.asarray(self._engine().describe()["one_way_s"], dtype=np.float64) * 1e3
+
+    # -- teardown --------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EmulationError("this network has been torn down")
+
+    def close(self) -> None:
+        """Tear everything down: processes, engine, shells, namespaces. Idempotent.
+
+        Raises:
+            CleanupError: something could not be removed (the message says what;
+                `testbed clean` will retry).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        t0 = time.monotonic()
+        problems: list[str] = []
+        with _signals_deferred():
+            for process in self._processes:
+                try:
+                    process.terminate(grace_s=1.0)
+                except OSError as exc:
+                    problems.append(f"stopping pid {process.pid}: {exc}")
+            if self.engine is not None:
+                try:
+                    write_json(self.run_dir / "engine" / "final-stats.json", self.engine.stats())
+                    counters = self.engine.counters()
+                    write_json(
+                        self.run_dir / "engine" / "counters.json",
+                        {**counters, "hosts": [h.name for h in self.hosts]},
+                    )
+                    self.engine.shutdown()
+                except (OSError, ControlError, ValueError) as exc:
+                    problems.append(f"engine: {exc}")
+                self.engine.close()
+            if self._engine_proc is not None:
+                try:
+                    self._engine_proc.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    self._engine_proc.kill()
+                    self._engine_proc.wait()
+            if self._shells:
+                from testbed.emu._mininet import stop_shells
+
+                stop_shells(self._shells)
+            pids, alive, _removed = remove_run(self.plan.netns_names, self._record.pids)
+            if alive:
+                problems.append(f"processes still alive: {alive}")
+            self.down_s = time.monotonic() - t0
+            self.teardown = {"down_s": round(self.down_s, 3), "swept_pids": len(pids)}
+            try:
+                self.teardown["leftovers"] = leftovers(
+                    self.plan.run_id, self._record.pids, self._root_before
+                )
+            except OSError as exc:
+                problems.append(f"counting leftovers: {exc}")
+            left = self.teardown.get("leftovers", {})
+            if any(left.values()):
+                problems.append(f"left behind: {left}")
+            else:
+                self._record.remove()
+            self._log.write("teardown.done", **self.teardown, problems=problems)
+            self._log.close()
+            with contextlib.suppress(OSError):
+                description = json.loads((self.run_dir / "emulation.json").read_text())
+                description["teardown"] = self.teardown
+                write_json(self.run_dir / "emulation.json", description)
+        if problems:
+            raise CleanupError(
+                "teardown incomplete: " + "; ".join(problems) + "; run `testbed clean`"
+            )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.close()
+        except CleanupError:
+            if exc is None:
+                raise
+            # An exception is already on its way; do not hide it. The run log has the details.
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def open_wan(
+    topology: Topology | str | Path,
+    *,
+    hosts: int | Sequence[str] | None = None,
+    pick: str = "first",
+    seed: int = 0,
+    scale: float = 1.0,
+    clamp: bool = False,
+    run_dir: str | Path | None = None,
+    name: str = "wan",
+    mininet: bool = True,
+    calibrate: bool = True,
+    realtime: bool = True,
+    progress: Any = None,
+) -> Wan:
+    """Bring up an emulated WAN and return it (close it, or use `with`).
+
+    Args:
+        topology: a Topology or a reference ("planetlab", "planetlab:3",
+            "sharcnet", a matrix file, a topology .toml).
+        hosts: how many hosts (the first N, or a seeded sample with
+            pick="random"), or an explicit list of topology node names.
+        pick: "first" or "random".
+        seed: for pick="random", and for the engine's loss and jitter draws.
+        scale: multiply every latency by this.
+        clamp: raise latencies below the engine's measured floor to the floor
+            (else they are an error naming the pairs).
+        run_dir: the run folder (default: runs/<name>-<timestamp>/).
+        name: the run's name, for the default run folder.
+        mininet: start a Mininet shell per host (needed for cli()).
+        calibrate: measure the engine's floor and offset (needs 2+ hosts).
+        realtime: run the delay engine with SCHED_FIFO priority.
+        progress: an object with advance(kind) and phase(name) (the CLI passes a
+            rich progress display), or None.
+
+    Raises:
+        TopologyError, FloorError: bad topology, selection or latencies; nothing was created.
+        EmulationError: not root, or the kernel refused something; everything
+            created so far has been removed again.
+    """
+    if os.geteuid() != 0:
+        raise EmulationError(
+            "emulating a network needs root (network namespaces, netfilter queues); run with sudo"
+        )
+    topo = load_topology(topology) if isinstance(topology, str | Path) else topology
+    if isinstance(hosts, int) or hosts is None:
+        topo = topo.select(hosts, pick=pick, seed=seed if pick == "random" else None)
+    else:
+        if isinstance(hosts, str):
+            hosts = [h for h in hosts.split(",") if h]
+        topo = topo.select(hosts=hosts)
+    topo = topo.scaled(scale)
+    folder = new_run_dir(name, run_dir)
+    plan = plan_network(topo.n, new_run_id())
+    wan = Wan(topo, plan, folder, scale=scale)
+    if progress:
+        progress.start(len(plan.hosts))
+    try:
+        wan._start(
+            mininet=mininet,
+            calibrate=calibrate,
+            clamp=clamp,
+            realtime=realtime,
+            seed=seed,
+            progress=progress,
+        )
+    except BaseException:
+        with contextlib.suppress(CleanupError):
+            wan.close()
+        raise
+    finally:
+        if progress:
+            progress.stop()
+    return wan

@@ -1,0 +1,75 @@
+# Run folders: runs/<name>-<YYYYmmdd-HHMMSS>/ holding everything a run used
+# and produced. Files are written as the run goes (JSON lines, flushed per
+# line), so an interrupted run still leaves a usable folder.
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import InputError
+
+__all__ = ["JsonLog", "new_run_dir", "write_json"]
+
+DEFAULT_RUNS_DIR = Path("runs")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def new_run_dir(name: str, out: str | Path | None = None) -> Path:
+    """Create and return a fresh run folder.
+
+    Args:
+        name: short run name (letters, digits, '.', '_', '-').
+        out: the exact folder to use (created; must be empty if it exists), or
+            None for runs/<name>-<timestamp>/ under the current directory.
+    """
+    if not _NAME_RE.match(name):
+        raise InputError(
+            f"run name {name!r} must be 1-64 letters, digits, '.', '_' or '-'", source="<run name>"
+        )
+    if out is not None:
+        path = Path(out)
+        if path.exists() and any(path.iterdir()):
+            raise InputError(
+                "the output folder exists and is not empty; choose another --out", source=str(path)
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = DEFAULT_RUNS_DIR / f"{name}-{stamp}"
+    path, k = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            k += 1
+            path = base.with_name(f"{base.name}-{k}")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as indented JSON, atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+class JsonLog:
+    """An append-only JSON-lines log, one flushed line per record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stream = path.open("a", buffering=1, encoding="utf-8")
+
+    def write(self, kind: str, **fields: Any) -> None:
+        if self._stream.closed:
+            return
+        self._stream.write(
+            json.dumps({"t": round(time.time(), 6), "kind": kind, **fields}, default=str) + "\n"
+        )
+
+    def close(self) -> None:
+        self._stream.close()

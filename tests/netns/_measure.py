@@ -1,0 +1,58 @@
+# Measuring the emulated network from the test process itself.
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import numpy as np
+
+from testbed.emu._netns import entered_netns
+from testbed.emu._probe import IcmpProber
+
+SO_TIMESTAMPNS = 35
+
+
+def bound_ms(rtt_ms: float) -> float:
+    """The project's fidelity bound for one RTT."""
+    return max(0.5, 0.02 * rtt_ms)
+
+
+def rtts_ms(wan, pairs, samples=10, rate=500.0):
+    """{(a, b): [RTT ms, ...]} for host-name pairs, by ICMP echo."""
+    index = [(wan.host(a).index, wan.host(b).index) for a, b in pairs]
+    with IcmpProber([h.netns for h in wan.hosts], [h.ip for h in wan.hosts]) as prober:
+        result = prober.probe(index, samples=samples, rate_per_s=rate, timeout_s=2.0)
+    return {pair: [r * 1e3 for r in rtts] for pair, rtts in zip(pairs, result.rtts_s, strict=True)}
+
+
+def median_rtt_ms(wan, a, b, samples=10):
+    values = rtts_ms(wan, [(a, b)], samples)[(a, b)]
+    assert values, f"no reply at all between {a} and {b}"
+    return float(np.median(values))
+
+
+def one_way_ms(wan, src, dst, count=20, port=40_000):
+    """One-way delays of UDP datagrams src -> dst (both ends read the same clock)."""
+    s, d = wan.host(src), wan.host(dst)
+    with entered_netns(d.netns):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with entered_netns(s.netns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind((d.ip, port))
+        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        rx.settimeout(2.0)
+        delays = []
+        for k in range(count):
+            tx.sendto(struct.pack("!d", time.time()) + bytes([k]), (d.ip, port))
+            data, ancillary, _flags, _addr = rx.recvmsg(64, 64)
+            sent = struct.unpack("!d", data[:8])[0]
+            sec, nsec = struct.unpack("@qq", ancillary[0][2][:16])
+            delays.append((sec + nsec * 1e-9 - sent) * 1e3)
+            time.sleep(0.005)
+        return delays
+    finally:
+        rx.close()
+        tx.close()

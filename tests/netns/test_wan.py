@@ -1,0 +1,191 @@
+# An emulated WAN of five hosts on a small hand-made matrix, exercised for
+# real: latency per pair (also asymmetric), runtime control, loss, jitter,
+# partitions, counters, commands on hosts. One network serves the module;
+# every test that changes it puts it back.
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from testbed.bench import partition_effect
+from testbed.emu import open_wan
+from testbed.errors import ControlError, InputError
+
+from ._measure import bound_ms, median_rtt_ms, one_way_ms, rtts_ms
+
+# RTT in ms; row = from. (0, 3) is asymmetric: 10 ms one way, 30 ms the other
+# way (one-way delays 5 and 15 ms), so the pair's RTT is 20 ms.
+MATRIX = [
+    [0, 20, 40, 10, 80],
+    [20, 0, 30, 60, 5],
+    [40, 30, 0, 15, 25],
+    [30, 60, 15, 0, 50],
+    [80, 5, 25, 50, 0],
+]
+
+
+@pytest.fixture(scope="module")
+def matrix_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("topo") / "five.txt"
+    path.write_text("\n".join(" ".join(str(v) for v in row) for row in MATRIX) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wan(matrix_file, tmp_path_factory):
+    network = open_wan(matrix_file, run_dir=tmp_path_factory.mktemp("run") / "wan", seed=3)
+    try:
+        yield network
+    finally:
+        network.close()
+
+
+def pair_rtt(i, j):
+    return (MATRIX[i][j] + MATRIX[j][i]) / 2
+
+
+def test_every_pair_gets_its_matrix_rtt(wan):
+    names = [h.name for h in wan.hosts]
+    pairs = [(names[i], names[j]) for i in range(5) for j in range(i + 1, 5)]
+    measured = rtts_ms(wan, pairs, samples=8)
+    for (a, b), values in measured.items():
+        i, j = wan.host(a).index, wan.host(b).index
+        assert len(values) == 8, f"{a}-{b}: lost probes"
+        assert abs(np.median(values) - pair_rtt(i, j)) <= bound_ms(pair_rtt(i, j)), (a, b, values)
+
+
+def test_asymmetric_one_way_delays_are_honoured(wan):
+    forth = statistics.median(one_way_ms(wan, "h1", "h4"))
+    back = statistics.median(one_way_ms(wan, "h4", "h1"))
+    assert forth == pytest.approx(5.0, abs=0.5)
+    assert back == pytest.approx(15.0, abs=0.5)
+
+
+def test_partition_and_heal_take_effect_within_50_ms(wan):
+    effect = partition_effect(
+        wan, [["h1", "h2"], ["h3", "h4", "h5"]], inside=("h1", "h2"), across=("h1", "h4")
+    )
+    assert effect["partition_effect_ms"] <= 50
+    assert effect["heal_effect_ms"] is not None and effect["heal_effect_ms"] <= 50
+    assert effect["across_sent_during_partition"] > 50
+    assert effect["across_answered_during_partition"] == 0
+    assert effect["inside_sent_during_partition"] > 50
+    assert effect["inside_lost_during_partition"] == 0
+    # healed: everything flows again
+    assert len(rtts_ms(wan, [("h1", "h4")], samples=5)[("h1", "h4")]) == 5
+
+
+def test_host_down_and_up(wan):
+    wan.host_down("h3")
+    try:
+        cut = rtts_ms(wan, [("h1", "h3"), ("h3", "h5"), ("h1", "h2")], samples=5)
+        assert cut[("h1", "h3")] == [] and cut[("h3", "h5")] == []
+        assert len(cut[("h1", "h2")]) == 5
+    finally:
+        wan.host_up("h3")
+    assert len(rtts_ms(wan, [("h1", "h3")], samples=5)[("h1", "h3")]) == 5
+
+
+def test_loss_on_one_direction(wan):
+    wan.set_loss(0.5, src="h1", dst="h2")
+    try:
+        answered = len(rtts_ms(wan, [("h1", "h2")], samples=400, rate=2000)[("h1", "h2")])
+        reverse = len(rtts_ms(wan, [("h2", "h1")], samples=50, rate=2000)[("h2", "h1")])
+    finally:
+        wan.set_loss(0.0)
+    # probing from h1, the request leg h1->h2 is lost half the time;
+    # probing from h2, the same lossy leg carries the replies
+    assert 0.38 < answered / 400 < 0.62
+    assert 0.25 < reverse / 50 < 0.75
+    assert len(rtts_ms(wan, [("h1", "h2")], samples=50, rate=2000)[("h1", "h2")]) == 50
+
+
+def test_runtime_rtt_change_scale_and_reload(wan, matrix_file):
+    wan.set_rtt("h1", "h2", 100.0)
+    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(100.0, abs=bound_ms(100))
+    assert wan.scale(0.5) == 0
+    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(50.0, abs=bound_ms(50))
+    assert median_rtt_ms(wan, "h3", "h4") == pytest.approx(7.5, abs=bound_ms(7.5))
+    assert wan.load_topology(str(matrix_file)) == 0
+    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(20.0, abs=bound_ms(20))
+    np.testing.assert_allclose(wan.configured_one_way_ms(), np.array(MATRIX, dtype=float) / 2)
+
+
+def test_jitter_spreads_delays_around_the_matrix_value(wan):
+    wan.set_jitter("normal", sigma_ms=3.0, src=["h1", "h5"], dst=["h1", "h5"])
+    try:
+        values = rtts_ms(wan, [("h1", "h5")], samples=300, rate=1000)[("h1", "h5")]
+    finally:
+        wan.set_jitter(None)
+    assert len(values) == 300
+    # two independent N(0, 3 ms) draws per round trip
+    assert statistics.pstdev(values) == pytest.approx(3.0 * 2**0.5, rel=0.25)
+    assert statistics.fmean(values) == pytest.approx(80.0, abs=0.8)
+
+
+def test_counters_per_pair(wan):
+    wan.counters(reset=True)
+    rtts_ms(wan, [("h2", "h3")], samples=40, rate=1000)
+    counters = wan.counters()
+    assert counters["packets"][1, 2] == 40  # requests h2 -> h3
+    assert counters["packets"][2, 1] == 40  # replies h3 -> h2
+    assert counters["bytes"][1, 2] == 40 * 36  # 20 IP + 8 ICMP + 8 payload
+    assert counters["packets"].sum() == 80
+    wan.partition(["h2"])
+    try:
+        rtts_ms(wan, [("h2", "h3")], samples=10, rate=1000)
+    finally:
+        wan.heal()
+    assert wan.counters()["dropped"][1, 2] == 10
+
+
+def test_bad_control_calls_change_nothing(wan):
+    before = wan.configured_one_way_ms()
+    with pytest.raises(ControlError, match=r"unknown host 'h99'; hosts are h1..h5") as info:
+        wan.set_rtt("h1", "h99", 10.0)
+    assert info.value.field == "b"
+    with pytest.raises(ControlError, match="below the engine's measured floor"):
+        wan.set_rtt("h1", "h2", 0.001)
+    with pytest.raises(ControlError, match="rate must be within 0..1"):
+        wan.set_loss(3.0)
+    with pytest.raises(ControlError, match="unknown host 'nope'"):
+        wan.partition(["h1"], ["nope"])
+    with pytest.raises(ControlError, match="unknown distribution"):
+        wan.set_jitter("cauchy", src="h1")
+    np.testing.assert_array_equal(wan.configured_one_way_ms(), before)
+    assert wan.engine.describe()["groups"] == [0] * 5
+
+
+def test_exec_substitutes_and_logs_per_host(wan):
+    command = "sh -c 'echo {id} {name} {ip} {n} {peers}; ip -o -4 addr show dev eth0'"
+    results = wan.exec(command, timeout_s=20)
+    assert [r.host.name for r in results] == ["h1", "h2", "h3", "h4", "h5"]
+    for r in results:
+        assert r.returncode == 0 and not r.timed_out
+        first, second = r.stdout().splitlines()[:2]
+        others = ",".join(h.ip for h in wan.hosts if h is not r.host)
+        assert first == f"{r.host.number} {r.host.name} {r.host.ip} 5 {others}"
+        assert f"inet {r.host.ip}/32" in second
+        assert r.stdout_path.parent == wan.run_dir / "hosts" / r.host.name
+
+
+def test_exec_timeout_and_exit_codes(wan):
+    results = wan.exec("sleep 30", hosts=["h1"], timeout_s=0.5, label="sleepy")
+    assert results[0].timed_out and results[0].returncode is None
+    assert results[0].duration_s < 5
+    failing = wan.exec(["sh", "-c", "exit {id}"], hosts=["h2", "h3"])
+    assert [r.returncode for r in failing] == [2, 3]
+
+
+def test_bad_commands_are_refused_before_anything_starts(wan):
+    started = len(wan._processes)
+    with pytest.raises(InputError, match=r"unknown placeholder \{hostname\}"):
+        wan.exec("echo {hostname}")
+    with pytest.raises(InputError, match="the command is empty"):
+        wan.exec("")
+    with pytest.raises(ControlError, match="unknown host 'h9'"):
+        wan.exec("true", hosts=["h1", "h9"])
+    assert len(wan._processes) == started
