@@ -553,10 +553,8 @@ class Wan:
         Results come in host order.
         """
         chosen = [self.host(h) for h in hosts] if hosts is not None else list(self.hosts)
-        argvs = [
-            self.command_argv(h, command) for h in chosen
-        ]  # validate everything before starting anything
-        del argvs
+        for h in chosen:  # validate on every host before starting anything
+            self.command_argv(h, command)
         procs = [self.popen(h, command, label=label) for h in chosen]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         results: dict[int, ExecResult] = {}

@@ -101,24 +101,19 @@ def _message(msg_type: int, queue: int, attrs: bytes, flags: int, seq: int = 0) 
     )
 
 
-def bind_message(queue: int, seq: int) -> bytes:
+def _config_command(queue: int, seq: int, command: int) -> bytes:
+    payload = struct.pack(">BxH", command, 0)
     return _message(
-        NFQNL_MSG_CONFIG,
-        queue,
-        _attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_BIND, 0)),
-        NLM_F_REQUEST | NLM_F_ACK,
-        seq,
+        NFQNL_MSG_CONFIG, queue, _attr(NFQA_CFG_CMD, payload), NLM_F_REQUEST | NLM_F_ACK, seq
     )
+
+
+def bind_message(queue: int, seq: int) -> bytes:
+    return _config_command(queue, seq, NFQNL_CFG_CMD_BIND)
 
 
 def unbind_message(queue: int, seq: int) -> bytes:
-    return _message(
-        NFQNL_MSG_CONFIG,
-        queue,
-        _attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_UNBIND, 0)),
-        NLM_F_REQUEST | NLM_F_ACK,
-        seq,
-    )
+    return _config_command(queue, seq, NFQNL_CFG_CMD_UNBIND)
 
 
 def params_message(queue: int, seq: int, *, max_queued: int, gso: bool = True) -> bytes:
