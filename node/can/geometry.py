@@ -1,0 +1,205 @@
+# The CAN space: dimensions, zones (boxes) and the geometry the overlay needs.
+#
+# Zones are half-open boxes: lo[d] <= x[d] < hi[d]. Bounds are only ever copied
+# (from a split position or a neighbour's bound), never computed, so equality
+# of floats is exact and adjacency tests need no tolerance.
+#
+# Distances for greedy routing are Euclidean in coordinates normalised by each
+# dimension's span, so that no unit (MHz against MB) dominates.
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from node.wire import PathEntry
+
+__all__ = [
+    "Box",
+    "Dimension",
+    "Space",
+    "abutment",
+    "adjacent",
+    "choose_split",
+    "contains",
+    "next_hop",
+    "overlap",
+]
+
+Box = tuple[tuple[float, ...], tuple[float, ...]]  # (lo, hi)
+
+
+@dataclass(frozen=True, slots=True)
+class Dimension:
+    """One CAN dimension: values lie in [lo, hi)."""
+
+    name: str
+    lo: float
+    hi: float
+    virtual: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi) and self.lo < self.hi):
+            raise ValueError(
+                f"dimension {self.name!r}: need finite lo < hi, got [{self.lo}, {self.hi})"
+            )
+
+
+class Space:
+    """The CAN space: an ordered list of dimensions, at most one of them virtual."""
+
+    def __init__(self, dims: Sequence[Dimension]) -> None:
+        if not dims:
+            raise ValueError("a CAN space needs at least one dimension")
+        names = [d.name for d in dims]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dimension names repeat: {names}")
+        virtual = [k for k, d in enumerate(dims) if d.virtual]
+        if len(virtual) > 1:
+            raise ValueError("at most one virtual dimension")
+        self.dims = tuple(dims)
+        self.n = len(dims)
+        self.lo = tuple(d.lo for d in dims)
+        self.hi = tuple(d.hi for d in dims)
+        self.span = tuple(d.hi - d.lo for d in dims)
+        self.virtual = virtual[0] if virtual else None
+        self.real = tuple(k for k in range(self.n) if k != self.virtual)
+
+    @property
+    def root(self) -> Box:
+        return self.lo, self.hi
+
+    def contains_point(self, point: Sequence[float]) -> bool:
+        return len(point) == self.n and all(
+            lo <= x < hi for x, lo, hi in zip(point, self.lo, self.hi, strict=True)
+        )
+
+    def distance(self, lo: Sequence[float], hi: Sequence[float], point: Sequence[float]) -> float:
+        """Normalised Euclidean distance from `point` to the box (0 inside)."""
+        total = 0.0
+        for x, a, b, span in zip(point, lo, hi, self.span, strict=True):
+            if x < a:
+                total += ((a - x) / span) ** 2
+            elif x > b:
+                total += ((x - b) / span) ** 2
+        return math.sqrt(total)
+
+    def volume(self, lo: Sequence[float], hi: Sequence[float]) -> float:
+        """Normalised volume (the whole space is 1)."""
+        v = 1.0
+        for a, b, span in zip(lo, hi, self.span, strict=True):
+            v *= (b - a) / span
+        return v
+
+    def box_of_path(self, path: Sequence[PathEntry]) -> Box:
+        """The box the root ∩ path's half-spaces describe."""
+        lo, hi = list(self.lo), list(self.hi)
+        for e in path:
+            if e.upper:
+                lo[e.dim] = max(lo[e.dim], e.pos)
+            else:
+                hi[e.dim] = min(hi[e.dim], e.pos)
+        return tuple(lo), tuple(hi)
+
+
+def contains(lo: Sequence[float], hi: Sequence[float], point: Sequence[float]) -> bool:
+    return all(a <= x < b for x, a, b in zip(point, lo, hi, strict=True))
+
+
+def overlap(alo, ahi, blo, bhi) -> bool:
+    """True if two boxes share volume."""
+    for a0, a1, b0, b1 in zip(alo, ahi, blo, bhi):  # noqa: B905, SIM110 - hot path, explicit early exit
+        if a1 <= b0 or b1 <= a0:
+            return False
+    return True
+
+
+def abutment(alo, ahi, blo, bhi) -> tuple[int, bool] | None:
+    """(dim, a_is_below) if boxes a and b share a face of positive area, else None.
+
+    They share a face when they touch in exactly one dimension (a.hi == b.lo or
+    b.hi == a.lo) and overlap with positive length in every other one.
+    """
+    found = None
+    for d, (a0, a1, b0, b1) in enumerate(zip(alo, ahi, blo, bhi, strict=True)):
+        if a1 == b0 or b1 == a0:
+            if found is not None:
+                return None  # touching in two dimensions: an edge or corner
+            found = (d, a1 == b0)
+        elif not max(a0, b0) < min(a1, b1):
+            return None
+    return found
+
+
+def adjacent(alo, ahi, blo, bhi) -> bool:
+    return abutment(alo, ahi, blo, bhi) is not None
+
+
+def choose_split(
+    space: Space,
+    lo: Sequence[float],
+    hi: Sequence[float],
+    path: Sequence[PathEntry],
+    mine: Sequence[float],
+    theirs: Sequence[float],
+) -> tuple[int, float] | None:
+    """Where to split a zone between its owner's point and a joiner's point (seed 000 §3.1.1).
+
+    Dimension: the next real dimension after the last split's, cyclically, in
+    which the two points differ (splitting across dimensions in turn keeps zones
+    close to cubic); the virtual dimension only if they differ in no real one.
+    Position: the zone's midpoint if it separates the points, else the midpoint
+    of the two coordinates. Returns (dim, pos), or None if the points are equal.
+    """
+    last = path[-1].dim if path else -1
+    order = (
+        [
+            space.real[(space.real.index(last) + 1 + k) % len(space.real)]
+            for k in range(len(space.real))
+        ]
+        if last in space.real
+        else list(space.real)
+    )
+    candidates = [d for d in order if mine[d] != theirs[d]]
+    if (
+        not candidates
+        and space.virtual is not None
+        and mine[space.virtual] != theirs[space.virtual]
+    ):
+        candidates = [space.virtual]
+    for d in candidates:
+        low, high = min(mine[d], theirs[d]), max(mine[d], theirs[d])
+        mid = (lo[d] + hi[d]) / 2
+        pos = mid if low < mid <= high else (low + high) / 2
+        if lo[d] < pos < hi[d] and low < pos <= high:
+            return d, pos
+    return None
+
+
+def next_hop(
+    space: Space,
+    lo: Sequence[float],
+    hi: Sequence[float],
+    neighbors: Sequence[tuple[int, Sequence[float], Sequence[float]]],
+    point: Sequence[float],
+) -> int | None:
+    """Greedy CAN routing: where a message for `point` goes from a zone.
+
+    Returns -1 if this zone owns the point, the id of the neighbour whose zone
+    contains the point or is strictly closer to it than this zone, or None
+    when no neighbour is closer (a hole: the caller retries later).
+    """
+    if contains(lo, hi, point):
+        return -1
+    mine = space.distance(lo, hi, point)
+    best, best_distance = None, mine
+    for ident, nlo, nhi in neighbors:
+        if contains(nlo, nhi, point):
+            return ident
+        distance = space.distance(nlo, nhi, point)
+        if distance < best_distance or (
+            distance == best_distance and best is not None and ident < best
+        ):
+            best, best_distance = ident, distance
+    return best

@@ -1,0 +1,110 @@
+# Events: immutable records of something that happened in a peer, pulled by
+# the driver with Peer.next_event() and written to the event log. Each has the
+# time it happened (`t`, on the peer's clock) and a stable `kind` name.
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+__all__ = [
+    "CommandDone",
+    "Event",
+    "Evicted",
+    "Inconsistent",
+    "JoinRetrying",
+    "Joined",
+    "Left",
+    "PeerDeclaredDead",
+    "TookOver",
+    "ZoneChanged",
+    "event_to_dict",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class Joined(Event):
+    kind: ClassVar[str] = "joined"
+    id: int
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    attempts: int
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRetrying(Event):
+    kind: ClassVar[str] = "join_retry"
+    reason: str
+    attempt: int
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Left(Event):
+    kind: ClassVar[str] = "left"
+    id: int
+    graceful: bool
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted(Event):
+    kind: ClassVar[str] = "evicted"
+    id: int
+    by: int
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneChanged(Event):
+    kind: ClassVar[str] = "zone"
+    reason: str  # "split", "takeover"
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    instance: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDeclaredDead(Event):
+    kind: ClassVar[str] = "peer_dead"
+    peer: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TookOver(Event):
+    kind: ClassVar[str] = "takeover"
+    dead: list[int]
+    volume: float  # normalised volume gained
+
+
+@dataclass(frozen=True, slots=True)
+class CommandDone(Event):
+    kind: ClassVar[str] = "command"
+    outcome: str  # "split", "merge", "noop"
+    instance: int
+    neighbourhood: int
+
+
+@dataclass(frozen=True, slots=True)
+class Inconsistent(Event):
+    kind: ClassVar[str] = "inconsistent"
+    what: str
+    peers: list[int]
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict: {"t": ..., "kind": ..., field: value, ...}."""
+    out: dict[str, Any] = {"t": round(event.t, 6), "kind": event.kind}
+    for f in fields(event):
+        if f.name == "t":
+            continue
+        value = getattr(event, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out

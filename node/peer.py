@@ -1,0 +1,147 @@
+# One peer, sans-IO: the wire codec, replay protection and the CAN overlay
+# behind the interface both drivers use (node/runtime.py on real sockets, the
+# testbed's simulator in virtual time).
+#
+# Contract (after aioquic's QuicConnection): inputs are receive_datagram(),
+# handle_timer() and commands (join, leave); each takes `now` and mutates.
+# After every input the driver drains datagrams_to_send() and next_event()
+# and reads get_timer() again. Nothing here does I/O, reads a clock or uses
+# global randomness.
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from node.can.overlay import CanConfig, CanOverlay, Status
+from node.events import Event
+from node.wire import DROP_REASONS, Codec, Message, ReplayWindow, WireError
+
+__all__ = ["Address", "NodeConfig", "Peer"]
+
+Address = tuple[str, int]
+
+# Outgoing datagrams waiting for the driver; a peer that is never drained must
+# not grow without bound (the oldest are dropped and counted).
+MAX_OUTBOX = 100_000
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a peer needs to know about the grid it belongs to."""
+
+    can: CanConfig
+    grid_key: bytes | None = None  # shared HMAC key; None: unauthenticated grid
+
+
+class Peer:
+    """A grid peer. See the module comment for the driving contract."""
+
+    def __init__(
+        self, config: NodeConfig, *, address: Address, point: Sequence[float], rng: random.Random
+    ) -> None:
+        self.config = config
+        self.address = (str(address[0]), int(address[1]))
+        self._codec = Codec(config.grid_key)
+        self._replay = ReplayWindow()
+        self._outbox: deque[tuple[bytes, Address]] = deque()
+        self._events: deque[Event] = deque()
+        self._seq = 0
+        self.counters: Counter[str] = Counter()
+        self.can = CanOverlay(
+            config.can,
+            address=self.address,
+            point=point,
+            rng=rng,
+            send=self._send,
+            emit=self._events.append,
+        )
+
+    # -- inputs --------------------------------------------------------------------------------------
+
+    def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+        """Take one datagram from the network. Never raises on its content:
+        anything unacceptable is counted in counters["drop.<reason>"] and dropped.
+        Mutates; drain the outputs afterwards."""
+        self.counters["rx"] += 1
+        self.counters["rx_bytes"] += len(data)
+        try:
+            sender, seq, message = self._codec.decode_untrusted(data)
+        except WireError as exc:
+            self.counters[f"drop.{exc.reason}"] += 1
+            return
+        if not self._replay.accept(sender, seq):
+            self.counters["drop.replayed"] += 1
+            return
+        problem = self.can.handle_message(sender, (str(addr[0]), int(addr[1])), message, now)
+        if problem is not None:
+            self.counters["drop.invalid"] += 1
+            return
+        self.counters["accepted"] += 1
+        self.counters[f"rx.{type(message).__name__}"] += 1
+
+    def handle_timer(self, now: float) -> None:
+        """Run whatever is due at `now` (early or repeated calls are harmless)."""
+        self.can.handle_timer(now)
+
+    def join(self, bootstraps: Sequence[Address], now: float) -> None:
+        """Join the overlay through one of `bootstraps` (none: start a new overlay)."""
+        self.can.join([(str(h), int(p)) for h, p in bootstraps], now)
+
+    def leave(self, now: float) -> None:
+        """Leave gracefully (the overlay merges our zone into our neighbours')."""
+        self.can.leave(now)
+
+    # -- outputs -------------------------------------------------------------------------------------
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        """All datagrams queued since the last call (mutating, like an iterator)."""
+        out = list(self._outbox)
+        self._outbox.clear()
+        return out
+
+    def get_timer(self) -> float | None:
+        """The earliest deadline at which handle_timer() must run, or None."""
+        return self.can.get_timer()
+
+    def next_event(self) -> Event | None:
+        """The next event, or None once drained (mutating)."""
+        return self._events.popleft() if self._events else None
+
+    def _send(self, addr: Address, message: Message) -> None:
+        self._seq += 1
+        try:
+            data = self._codec.encode(message, sender=self.can.id, seq=self._seq)
+        except ValueError:
+            self.counters["tx_oversized"] += 1
+            return
+        if len(self._outbox) >= MAX_OUTBOX:
+            self._outbox.popleft()
+            self.counters["tx_overflow"] += 1
+        self._outbox.append((data, addr))
+        self.counters["tx"] += 1
+        self.counters["tx_bytes"] += len(data)
+        self.counters[f"tx.{type(message).__name__}"] += 1
+
+    # -- introspection -----------------------------------------------------------------------------------
+
+    @property
+    def member(self) -> bool:
+        return self.can.status == Status.MEMBER
+
+    @property
+    def status(self) -> str:
+        return self.can.status
+
+    def dump(self) -> dict[str, Any]:
+        """State for the oracle and for humans (JSON-ready)."""
+        return {**self.can.dump(), "counters": self.stats()}
+
+    def stats(self) -> dict[str, int]:
+        """Datagram counters: rx, accepted, drop.<reason> for every reason, tx, bytes, per message type."""
+        out = {f"drop.{reason}": 0 for reason in DROP_REASONS}
+        out.update(self.counters)
+        return dict(sorted(out.items()))

@@ -1,0 +1,382 @@
+# Message types and the datagram codec of the peer protocol.
+#
+# Theory of operation
+#   A datagram is a fixed header followed by one msgpack-encoded message:
+#
+#     magic "PG" | version u8 | flags u8 | sender u64 | seq u64 | [mac 16 bytes] | body
+#
+#   `sender` is the node's id (a new random one for every membership, see
+#   node.can), `seq` counts the sender's datagrams from 1. When the grid has a
+#   shared key, flags bit 0 is set and `mac` is HMAC-SHA256(key, header without
+#   mac + body) truncated to 16 bytes; hosts without the key are ignored.
+#   Messages are msgspec Structs encoded as arrays with an integer tag, which
+#   keeps them small and makes decoding also validate every field's type.
+#
+# Rules
+#   1. decode_untrusted() raises WireError and nothing else, whatever the bytes.
+#      WireError.reason is one of DROP_REASONS; the peer counts drops by reason.
+#   2. Every datagram is at most MAX_DATAGRAM_BYTES, on both paths.
+#   3. Replays (a sender's seq seen before, or older than the window) are
+#      dropped by ReplayWindow, which keeps a bounded number of senders.
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import struct
+from collections import OrderedDict
+
+import msgspec
+
+__all__ = [
+    "DROP_REASONS",
+    "MAX_DATAGRAM_BYTES",
+    "PROTOCOL_VERSION",
+    "Codec",
+    "Commit",
+    "Evicted",
+    "JoinAccept",
+    "JoinAck",
+    "JoinRequest",
+    "JoinRetry",
+    "Lookup",
+    "Message",
+    "PathEntry",
+    "PeerInfo",
+    "Probe",
+    "ProbeReply",
+    "Propose",
+    "ProposeOK",
+    "ReplayWindow",
+    "Tombstone",
+    "Update",
+    "WireError",
+]
+
+PROTOCOL_VERSION = 1
+MAGIC = b"PG"
+FLAG_KEYED = 0x01
+MAC_BYTES = 16
+MAX_DATAGRAM_BYTES = 60_000  # below the 65,507-byte UDP payload limit, with room for headers
+REPLAY_WINDOW = 256  # datagrams of one sender that may arrive out of order
+MAX_TRACKED_SENDERS = 4096  # replay state kept for this many senders (least recently seen evicted)
+
+_HEADER = struct.Struct("!2sBBQQ")
+
+DROP_REASONS = (
+    "truncated",  # shorter than the header (or the mac)
+    "oversized",  # longer than MAX_DATAGRAM_BYTES
+    "foreign",  # not our magic: someone else's protocol
+    "version",  # our magic, another protocol version
+    "auth",  # missing or wrong mac (or a mac when we have no key)
+    "malformed",  # the body does not decode to a known message
+    "replayed",  # a sequence number seen before, or too old
+    "invalid",  # decodes, but its content breaks a rule (checked by the receiving component)
+)
+
+
+class WireError(Exception):
+    """A datagram was dropped; `reason` is one of DROP_REASONS."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+# -- message types ---------------------------------------------------------------------------------
+#
+# Zones are boxes: lo[d] <= x[d] < hi[d] in every dimension d. A path is the
+# zone's split list (seed 002 §6): the half-spaces that produced it, oldest
+# first; its last entry is the takeover face.
+
+
+class PathEntry(msgspec.Struct, array_like=True, frozen=True):
+    """One half-space of a split list: x[dim] >= pos if upper, else x[dim] < pos.
+
+    `sid` names the split (both halves carry the same sid, opposite `upper`).
+    """
+
+    sid: int
+    dim: int
+    pos: float
+    upper: bool
+
+
+class PeerInfo(msgspec.Struct, array_like=True, frozen=True):
+    """What a node says about itself (or what it knows of another node)."""
+
+    id: int
+    host: str
+    port: int
+    instance: int  # bumped on every change of zone (seed 002 §6.1)
+    point: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    path: tuple[PathEntry, ...]
+    # In a neighbour summary: how many first entries of the *sender's* path this
+    # path shares (they are left out, `path` holds the rest). Zones in a kd-tree
+    # share most of their path with their neighbours, so this keeps updates small.
+    prefix: int = 0
+
+
+class Tombstone(msgspec.Struct, array_like=True, frozen=True):
+    """A node known to be gone, with its last zone: kept so stale news of it is discarded
+    and so that its zone can still be taken over by whoever comes to border it."""
+
+    id: int
+    instance: int
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    path: tuple[PathEntry, ...]
+
+
+class Update(msgspec.Struct, tag=1, array_like=True, frozen=True):
+    """Periodic state exchange with direct neighbours."""
+
+    me: PeerInfo
+    neighbors: tuple[PeerInfo, ...]
+    tombstones: tuple[Tombstone, ...]
+
+
+class JoinRequest(msgspec.Struct, tag=2, array_like=True, frozen=True):
+    """Routed greedily towards the joiner's point (zone fields of `joiner` are empty)."""
+
+    req: int
+    joiner: PeerInfo
+    hops: int
+
+
+class JoinAccept(msgspec.Struct, tag=3, array_like=True, frozen=True):
+    req: int
+    you: PeerInfo
+    neighbors: tuple[PeerInfo, ...]
+
+
+class JoinRetry(msgspec.Struct, tag=4, array_like=True, frozen=True):
+    """The join did not happen now; the joiner retries from scratch after a random delay."""
+
+    req: int
+    reason: str
+
+
+class JoinAck(msgspec.Struct, tag=5, array_like=True, frozen=True):
+    req: int
+
+
+class Propose(msgspec.Struct, tag=6, array_like=True, frozen=True):
+    """Conflict detection (seed 002 Alg. 5): may the proposer change its zone now?"""
+
+    instance: int
+
+
+class ProposeOK(msgspec.Struct, tag=7, array_like=True, frozen=True):
+    instance: int
+    yes: bool
+
+
+COMMIT_NOOP = 0
+COMMIT_SPLIT = 1
+COMMIT_MERGE = 2
+
+
+class Commit(msgspec.Struct, tag=8, array_like=True, frozen=True):
+    """Conflict detection (seed 002 Alg. 9): the proposer's command, or a NO-OP.
+
+    SPLIT carries the leader's new info and the joiner's; MERGE carries the
+    leaver's last info and its direct neighbours (so that takers learn their
+    new neighbours).
+    """
+
+    instance: int
+    kind: int
+    leader: PeerInfo | None
+    joiner: PeerInfo | None
+    neighbors: tuple[PeerInfo, ...]
+
+
+class Probe(msgspec.Struct, tag=9, array_like=True, frozen=True):
+    """Are you alive (and still a member)?"""
+
+    nonce: int
+
+
+class ProbeReply(msgspec.Struct, tag=10, array_like=True, frozen=True):
+    nonce: int
+    me: PeerInfo | None  # None: alive but not a member of the overlay
+
+
+class Evicted(msgspec.Struct, tag=11, array_like=True, frozen=True):
+    """You were declared dead and your zone was taken over; rejoin as a new node."""
+
+    instance: int
+
+
+class Lookup(msgspec.Struct, tag=12, array_like=True, frozen=True):
+    """Routed greedily to the owner of `point`, which answers `origin` with an Update.
+
+    How a node heals its view: it looks up the owner of an area next to its
+    zone that no known neighbour covers (after a takeover far from it, say).
+    """
+
+    nonce: int
+    point: tuple[float, ...]
+    origin: PeerInfo
+    hops: int
+
+
+Message = (
+    Update
+    | JoinRequest
+    | JoinAccept
+    | JoinRetry
+    | JoinAck
+    | Propose
+    | ProposeOK
+    | Commit
+    | Probe
+    | ProbeReply
+    | Evicted
+    | Lookup
+)
+
+
+# -- codec -------------------------------------------------------------------------------------------------
+
+
+class Codec:
+    """Encodes and decodes datagrams for one sender identity and an optional grid key."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        if key is not None and len(key) < 16:
+            raise ValueError(f"a grid key must have at least 16 bytes, not {len(key)}")
+        self.key = key
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(Message)
+
+    def encode(self, message: Message, *, sender: int, seq: int) -> bytes:
+        """The datagram for `message`.
+
+        Raises:
+            ValueError: the datagram would exceed MAX_DATAGRAM_BYTES (the caller
+                must send less, e.g. fewer neighbour summaries).
+        """
+        body = self._encoder.encode(message)
+        flags = FLAG_KEYED if self.key is not None else 0
+        header = _HEADER.pack(MAGIC, PROTOCOL_VERSION, flags, sender, seq)
+        if self.key is not None:
+            mac = hmac.new(self.key, header + body, hashlib.sha256).digest()[:MAC_BYTES]
+            data = header + mac + body
+        else:
+            data = header + body
+        if len(data) > MAX_DATAGRAM_BYTES:
+            raise ValueError(
+                f"{type(message).__name__} of {len(data)} bytes exceeds {MAX_DATAGRAM_BYTES}"
+            )
+        return data
+
+    def decode_untrusted(self, data: bytes) -> tuple[int, int, Message]:
+        """Return (sender, seq, message). Raises WireError only."""
+        if len(data) > MAX_DATAGRAM_BYTES:
+            raise WireError("oversized", f"{len(data)} bytes")
+        if len(data) < len(MAGIC):
+            raise WireError("truncated", f"{len(data)} bytes")
+        if data[: len(MAGIC)] != MAGIC:
+            raise WireError("foreign")
+        if len(data) < _HEADER.size:
+            raise WireError("truncated", f"{len(data)} bytes")
+        _magic, version, flags, sender, seq = _HEADER.unpack_from(data)
+        if version != PROTOCOL_VERSION:
+            raise WireError("version", f"version {version}")
+        offset = _HEADER.size
+        if flags & FLAG_KEYED:
+            if self.key is None:
+                raise WireError("auth", "keyed datagram, but this grid has no key")
+            if len(data) < offset + MAC_BYTES:
+                raise WireError("truncated", "no room for the mac")
+            mac = data[offset : offset + MAC_BYTES]
+            body = data[offset + MAC_BYTES :]
+            expected = hmac.new(self.key, data[:offset] + body, hashlib.sha256).digest()[:MAC_BYTES]
+            if not hmac.compare_digest(mac, expected):
+                raise WireError("auth", "bad mac")
+        else:
+            if self.key is not None:
+                raise WireError("auth", "unauthenticated datagram in a keyed grid")
+            body = data[offset:]
+        if flags & ~FLAG_KEYED:
+            raise WireError("malformed", f"unknown flags {flags:#x}")
+        if seq == 0:
+            raise WireError("malformed", "sequence number 0")
+        try:
+            message = self._decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise WireError("malformed", str(exc)) from None
+        except (
+            ValueError,
+            TypeError,
+            RecursionError,
+            OverflowError,
+        ) as exc:  # defensive: any decoder failure is a drop
+            raise WireError("malformed", repr(exc)) from None
+        return sender, seq, message
+
+
+class ReplayWindow:
+    """Per-sender anti-replay window (as in IPsec): accept each seq at most once,
+    tolerate reordering within REPLAY_WINDOW, drop anything older."""
+
+    def __init__(self, max_senders: int = MAX_TRACKED_SENDERS) -> None:
+        self._senders: OrderedDict[int, list[int]] = OrderedDict()  # sender -> [highest, bitmap]
+        self._max = max_senders
+
+    def accept(self, sender: int, seq: int) -> bool:
+        """True (and remember it) if seq is new for sender; False for a replay."""
+        state = self._senders.get(sender)
+        if state is None:
+            if len(self._senders) >= self._max:
+                self._senders.popitem(last=False)
+            self._senders[sender] = [seq, 1]
+            return True
+        self._senders.move_to_end(sender)
+        highest, bitmap = state
+        if seq > highest:
+            shift = seq - highest
+            state[1] = (
+                ((bitmap << shift) | 1) & ((1 << REPLAY_WINDOW) - 1) if shift < REPLAY_WINDOW else 1
+            )
+            state[0] = seq
+            return True
+        offset = highest - seq
+        if offset >= REPLAY_WINDOW or bitmap >> offset & 1:
+            return False
+        state[1] = bitmap | (1 << offset)
+        return True
+
+    def forget(self, sender: int) -> None:
+        self._senders.pop(sender, None)
+
+
+# -- validation of content (used by the receiving component) -------------------------------------------
+
+
+def check_peer_info(info: PeerInfo, dims: int) -> str | None:
+    """Why `info` is unacceptable for a space of `dims` dimensions, or None.
+
+    An empty zone (lo == hi == ()) is allowed: a joiner has none yet.
+    """
+    if not 0 < info.port < 65536 or not info.host or len(info.host) > 64:
+        return "bad address"
+    if len(info.point) != dims or not all(math.isfinite(v) for v in info.point):
+        return "bad point"
+    if info.lo or info.hi:
+        if len(info.lo) != dims or len(info.hi) != dims:
+            return "bad zone size"
+        for lo, hi in zip(info.lo, info.hi, strict=True):
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                return "empty or non-finite zone"
+    if len(info.path) > 4096 or not 0 <= info.prefix <= 4096:
+        return "path too long"
+    for entry in info.path:
+        if not 0 <= entry.dim < dims or not math.isfinite(entry.pos):
+            return "bad path entry"
+    return None

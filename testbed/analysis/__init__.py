@@ -1,0 +1,1 @@
+"""Ground-truth oracles, metrics, tables and plots."""

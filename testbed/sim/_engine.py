@@ -1,0 +1,182 @@
+# The deterministic discrete-event simulator that hosts peer cores.
+#
+# Theory of operation
+#   A heap of (time, seq, kind, ...) entries; seq breaks ties in insertion
+#   order. Three kinds: a datagram arriving at a host, a peer's timer, and a
+#   scheduled command (join, leave, crash, anything callable). After every
+#   input to a peer the simulator drains its events (to the event log) and its
+#   datagrams (each scheduled at now + LinkModel.fate(src, dst)), then
+#   re-arms its timer from get_timer(). Exactly what node.runtime does on real
+#   sockets, with the matrix's one-way delays instead of the WAN core.
+#
+# Determinism: one master seed. Link randomness (loss, jitter) comes from one
+# Random derived from it; every peer incarnation gets its own Random derived
+# from (seed, host, incarnation), so adding a peer does not change the draws
+# of the others. The same seed gives the same event log, byte for byte.
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from node.events import event_to_dict
+from node.peer import Address, NodeConfig, Peer
+from testbed.linkmodel import DROP_REASONS, LinkModel
+
+__all__ = ["Simulator"]
+
+_DELIVER = 0
+_TIMER = 1
+_CALL = 2
+
+
+class Simulator:
+    """Hosts peers at the host indices of a latency matrix and runs them in virtual time.
+
+    Host k (0-based) has the address (ips[k], port), the same address the
+    emulator gives it, so peers cannot tell the two worlds apart.
+    """
+
+    def __init__(
+        self,
+        model: LinkModel,
+        *,
+        seed: int,
+        ips: Sequence[str],
+        port: int = 7000,
+        names: Sequence[str] | None = None,
+        log: IO[str] | None = None,
+    ) -> None:
+        if len(ips) != model.n:
+            raise ValueError(f"{len(ips)} addresses for {model.n} hosts")
+        self.model = model
+        self.seed = seed
+        self.port = port
+        self.addresses: list[Address] = [(ip, port) for ip in ips]
+        self.names = list(names) if names is not None else [f"h{k + 1}" for k in range(model.n)]
+        self._host_of = {addr: k for k, addr in enumerate(self.addresses)}
+        self._link_rng = random.Random(f"{seed}/links")
+        self.now = 0.0
+        self._heap: list[tuple[Any, ...]] = []
+        self._seq = itertools.count()
+        self.peers: dict[int, Peer] = {}
+        self._incarnation = Counter[int]()
+        self._timer_at: dict[int, float] = {}
+        self._log = log
+        self.stats = Counter[str]()
+
+    # -- peers --------------------------------------------------------------------------------------
+
+    def start_peer(self, host: int, config: NodeConfig, point: Sequence[float]) -> Peer:
+        """Start a (new incarnation of a) peer process on `host`; not yet a member."""
+        if host in self.peers:
+            raise RuntimeError(f"{self.names[host]} already runs a peer")
+        self._incarnation[host] += 1
+        rng = random.Random(f"{self.seed}/peer/{host}/{self._incarnation[host]}")
+        peer = Peer(config, address=self.addresses[host], point=point, rng=rng)
+        self.peers[host] = peer
+        return peer
+
+    def crash(self, host: int) -> None:
+        """Kill the peer at once (kill -9): no goodbye, its datagrams in flight still arrive elsewhere."""
+        if self.peers.pop(host, None) is not None:
+            self._timer_at.pop(host, None)
+            self._write(host, {"t": round(self.now, 6), "kind": "crashed"})
+
+    def stop(self, host: int) -> None:
+        """Remove a peer that has finished (left gracefully)."""
+        self.peers.pop(host, None)
+        self._timer_at.pop(host, None)
+
+    def join(self, host: int, bootstraps: Sequence[int]) -> None:
+        peer = self.peers[host]
+        peer.join([self.addresses[b] for b in bootstraps], self.now)
+        self._after(host)
+
+    def leave(self, host: int) -> None:
+        peer = self.peers.get(host)
+        if peer is not None:
+            peer.leave(self.now)
+            self._after(host)
+
+    # -- time ---------------------------------------------------------------------------------------
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        """Run `action` at virtual time t (>= now)."""
+        heapq.heappush(self._heap, (max(t, self.now), next(self._seq), _CALL, action, None, None))
+
+    def run_until(self, t: float) -> None:
+        """Process every event up to and including time t; then now = t."""
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            when, _seq, kind, a, b, c = heapq.heappop(heap)
+            self.now = when
+            if kind == _DELIVER:
+                peer = self.peers.get(a)
+                if peer is None:
+                    self.stats["dropped.no_peer"] += 1
+                    continue
+                self.stats["delivered"] += 1
+                peer.receive_datagram(b, c, when)
+                self._after(a)
+            elif kind == _TIMER:
+                if self._timer_at.get(a) != when or a not in self.peers:
+                    continue
+                del self._timer_at[a]
+                self.peers[a].handle_timer(when)
+                self._after(a)
+            else:
+                a()
+        self.now = max(self.now, t)
+
+    def _after(self, host: int) -> None:
+        """Drain a peer's outputs after an input: events, datagrams, timer."""
+        peer = self.peers.get(host)
+        if peer is None:
+            return
+        while (event := peer.next_event()) is not None:
+            self._write(host, event_to_dict(event))
+        src_addr = self.addresses[host]
+        for data, addr in peer.datagrams_to_send(self.now):
+            dst = self._host_of.get(addr)
+            if dst is None:
+                self.stats["dropped.no_host"] += 1
+                continue
+            delay = self.model.fate(host, dst, self._link_rng) if dst != host else 0.0
+            if delay < 0:
+                self.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
+                continue
+            self.stats["sent"] += 1
+            heapq.heappush(
+                self._heap, (self.now + delay, next(self._seq), _DELIVER, dst, data, src_addr)
+            )
+        deadline = peer.get_timer()
+        if deadline is not None and self._timer_at.get(host) != deadline:
+            self._timer_at[host] = deadline
+            heapq.heappush(
+                self._heap, (max(deadline, self.now), next(self._seq), _TIMER, host, None, None)
+            )
+
+    def _write(self, host: int, record: dict[str, Any]) -> None:
+        self.stats["events"] += 1
+        if self._log is not None:
+            self._log.write(
+                json.dumps({"host": self.names[host], **record}, separators=(",", ":")) + "\n"
+            )
+
+    # -- introspection ------------------------------------------------------------------------------
+
+    def dump(self, host: int) -> dict[str, Any]:
+        return {"host": self.names[host], **self.peers[host].dump()}
+
+    def dump_all(self) -> list[dict[str, Any]]:
+        return [self.dump(h) for h in sorted(self.peers)]
+
+    @property
+    def pending(self) -> int:
+        return len(self._heap)
