@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import signal
@@ -425,6 +426,107 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     for key in ("up_s", "down_s", "leftovers", "floor_rtt_ms", "clamped_pairs"):
         table.add_row(key, str(result[key]))
     console.print(table)
+
+
+# -- run -------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option(
+    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec field (dotted path; TOML value), e.g. --set topology.hosts=128 --set seed=7.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run folder (default runs/<name>-<timestamp>).",
+)
+@_handled
+def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
+    """Run an experiment spec; prints the run folder as its last line."""
+    from testbed.experiment import run_experiment
+    from testbed.spec import load_spec
+
+    extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
+    spec, data = load_spec(spec_path, extra)
+    phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
+    for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
+        phases.add_column(col)
+
+    def on_phase(label: str, result: dict) -> None:
+        err_console.print(
+            f"  {label}: t={result['t']:.0f} s, {result['members']} members, "
+            f"{result['violations']} violation(s) {result['by_kind'] or ''}"
+        )
+        phases.add_row(
+            label,
+            f"{result['t']:.0f}",
+            str(result["members"]),
+            str(result["violations"]),
+            str(result["routes_checked"]),
+            f"{result['mean_hops']:.2f}",
+        )
+
+    with (
+        err_console.status(f"running {spec.name} on {spec.engine}")
+        if err_console.is_terminal
+        else contextlib.nullcontext()
+    ):
+        run_dir = run_experiment(spec, data, out=out, on_phase=on_phase)
+    err_console.print(phases)
+    print(run_dir)
+
+
+# -- fuzz ----------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--count", type=click.IntRange(1), default=100_000, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--grid-key", metavar="HEX", default=None, help="Run the target in a keyed grid.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def fuzz(count: int, seed: int, grid_key: str | None, out: Path | None, as_json: bool) -> None:
+    """Send random and mutated datagrams to a live peer; check it survives and counts them all."""
+    from testbed._progress import progress_bar
+    from testbed.fuzz import fuzz_local_peer
+    from testbed.runs import new_run_dir, write_json
+
+    try:
+        key = bytes.fromhex(grid_key) if grid_key else None
+    except ValueError:
+        raise InputError("expected a hex string", source="--grid-key") from None
+    folder = new_run_dir("fuzz", out)
+    with progress_bar("fuzzing", count) as advance:
+        result = fuzz_local_peer(folder, count=count, seed=seed, grid_key=key, progress=advance)
+    write_json(folder / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        table = Table(title=f"fuzz: {count} datagrams, seed {seed}")
+        table.add_column("dropped because")
+        table.add_column("datagrams", justify="right")
+        for reason, n in sorted(result["dropped"].items()):
+            table.add_row(reason, str(n))
+        table.add_row("(accepted)", str(result["accepted"]))
+        console.print(table)
+        console.print(
+            f"received {result['rx_delta']} of {count}, uncounted {result['uncounted']}, "
+            f"unexplained {result['unexplained']}, peer alive: {result['alive']}, "
+            f"{result['datagrams_per_s']} datagrams/s, peer RSS {result['rss_kb']} kB"
+        )
+        print(folder)
+    if not result.ok:
+        sys.exit(1)
 
 
 # -- clean ---------------------------------------------------------------------------------------------

@@ -66,6 +66,15 @@ class Space:
         self.virtual = virtual[0] if virtual else None
         self.real = tuple(k for k in range(self.n) if k != self.virtual)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Space) and self.dims == other.dims
+
+    def __hash__(self) -> int:
+        return hash(self.dims)
+
+    def __repr__(self) -> str:
+        return f"Space({list(self.dims)!r})"
+
     @property
     def root(self) -> Box:
         return self.lo, self.hi
@@ -203,3 +212,45 @@ def next_hop(
         ):
             best, best_distance = ident, distance
     return best
+
+
+def box_minus(
+    lo: Sequence[float], hi: Sequence[float], cut_lo: Sequence[float], cut_hi: Sequence[float]
+) -> list[Box]:
+    """The part of box (lo, hi) outside the cut box, as at most 2n disjoint boxes."""
+    if not overlap(lo, hi, cut_lo, cut_hi):
+        return [(tuple(lo), tuple(hi))]
+    pieces: list[Box] = []
+    cur_lo, cur_hi = list(lo), list(hi)
+    for d in range(len(lo)):
+        if cut_lo[d] > cur_lo[d]:
+            piece_hi = list(cur_hi)
+            piece_hi[d] = cut_lo[d]
+            pieces.append((tuple(cur_lo), tuple(piece_hi)))
+            cur_lo[d] = cut_lo[d]
+        if cut_hi[d] < cur_hi[d]:
+            piece_lo = list(cur_lo)
+            piece_lo[d] = cut_hi[d]
+            pieces.append((tuple(piece_lo), tuple(cur_hi)))
+            cur_hi[d] = cut_hi[d]
+    return pieces
+
+
+def covered_by(
+    lo: Sequence[float], hi: Sequence[float], boxes: Sequence[Box], limit: int = 10_000
+) -> bool:
+    """True if the union of `boxes` covers box (lo, hi) entirely (exact, by subtraction)."""
+    remaining: list[Box] = [(tuple(lo), tuple(hi))]
+    for cut_lo, cut_hi in boxes:
+        remaining = [piece for r in remaining for piece in box_minus(r[0], r[1], cut_lo, cut_hi)]
+        if not remaining:
+            return True
+        if len(remaining) > limit:
+            return False  # give up: treat as not covered (the caller waits)
+    return not remaining
+
+
+def contained(
+    lo: Sequence[float], hi: Sequence[float], outer_lo: Sequence[float], outer_hi: Sequence[float]
+) -> bool:
+    return all(a <= x and y <= b for x, y, a, b in zip(lo, hi, outer_lo, outer_hi, strict=True))

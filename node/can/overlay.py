@@ -48,11 +48,20 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
-from node.can.geometry import Space, abutment, choose_split, contains, next_hop, overlap
+from node.can.geometry import (
+    Space,
+    abutment,
+    choose_split,
+    contained,
+    contains,
+    covered_by,
+    next_hop,
+    overlap,
+)
 from node.events import (
     CommandDone,
     Event,
@@ -179,16 +188,6 @@ class _Command:
     req: int = 0
 
 
-@dataclass
-class _Region:
-    """A dead region: a box and its path (a dead leaf, or dead siblings grouped)."""
-
-    lo: tuple[float, ...]
-    hi: tuple[float, ...]
-    path: tuple[PathEntry, ...]
-    members: list[int] = field(default_factory=list)
-
-
 def _sid(node_id: int, instance: int) -> int:
     return (node_id << 15) | (instance & 0x7FFF)
 
@@ -235,7 +234,7 @@ class CanOverlay:
         self.busy: dict[int, tuple[int, float]] = {}
         self.suspects: dict[int, tuple[int, float]] = {}
         self.command: _Command | None = None
-        self._regions: list[_Region] | None = None
+        self._regions: list[tuple[tuple[float, ...], tuple[float, ...], int]] | None = None
         self._their_neighbors: dict[
             int, tuple[PeerInfo, ...]
         ] = {}  # each direct neighbour's last summaries
@@ -293,6 +292,23 @@ class CanOverlay:
             k = self.known[ident]
             if k.direct_at == -math.inf:
                 k.direct_at = now  # a new neighbour gets a full suspicion period
+
+    def _refresh_direct(self, idents: Iterable[int], now: float) -> None:
+        """_recompute_direct for a few peers whose news changed (our zone did not)."""
+        if not self.lo:
+            return
+        for ident in idents:
+            k = self.known.get(ident)
+            if (
+                k is not None
+                and k.info.lo
+                and abutment(self.lo, self.hi, k.info.lo, k.info.hi) is not None
+            ):
+                self.direct.add(ident)
+                if k.direct_at == -math.inf:
+                    k.direct_at = now
+            else:
+                self.direct.discard(ident)
 
     def _learn(self, info: PeerInfo, now: float, *, direct: bool = False) -> bool:
         """Record news of a peer if it is newer than what we know. Returns True if it changed."""
@@ -363,8 +379,15 @@ class CanOverlay:
     def join(self, bootstraps: Sequence[Address], now: float) -> None:
         """Start joining through any of `bootstraps`; with none, start a new overlay.
 
+        While already joining, a new list replaces the old one and the next
+        attempt starts at once (for a joiner whose bootstraps all went away).
         Mutates; follow with the outputs (datagrams, events, timer).
         """
+        if self.status == Status.JOINING and bootstraps:
+            self._bootstraps = [tuple(b) for b in bootstraps if tuple(b) != self.address]
+            if self._bootstraps:
+                self._try_join(now)
+                return
         if self.status in (Status.MEMBER, Status.JOINING, Status.LEAVING):
             raise RuntimeError(f"join() while {self.status}")
         self._reset_membership()
@@ -421,10 +444,13 @@ class CanOverlay:
 
     def leave(self, now: float) -> None:
         """Leave gracefully: negotiate a MERGE, retrying a few times, else leave abruptly."""
+        if self.status in (Status.IDLE, Status.JOINING):
+            # Not a member yet: nothing to hand over. (An owner that already split for
+            # us sees the half it gave away go silent and takes it back, as after a crash.)
+            self._join_deadline = self._retry_at = math.inf
+            self._finish_leave(now, graceful=True)
+            return
         if self.status != Status.MEMBER:
-            self.status = (
-                Status.LEFT if self.status in (Status.IDLE, Status.JOINING) else self.status
-            )
             return
         self.status = Status.LEAVING
         self._leave_attempts = 0
@@ -455,6 +481,8 @@ class CanOverlay:
     # -- inputs: time --------------------------------------------------------------------------------
 
     def get_timer(self) -> float | None:
+        if self.status in (Status.IDLE, Status.LEFT):
+            return None
         deadlines = [self._next_update, self._join_deadline, self._retry_at, self._leave_retry_at]
         if self.command is not None:
             deadlines.append(self.command.deadline)
@@ -659,19 +687,33 @@ class CanOverlay:
         me = update.me
         if me.id != sender or not me.lo:
             return
-        changed = self._learn(me, now, direct=True)
+        learned = [sender] if self._learn(me, now, direct=True) else []
+        changed = False  # something beyond news of peers (a burial): full recomputation
         self.suspects.pop(sender, None)
 
         self._prune_path(me.path, now)
         summaries = []
+        known = self.known
         for packed in update.neighbors:
-            info = self._expand(packed, me.path)
-            if info is None:
-                self.invalid_news += 1
-                continue
+            # Most summaries are old news: reuse what we hold (same instance, same
+            # zone) instead of expanding the compressed path again.
+            held = known.get(packed.id)
+            if (
+                held is not None
+                and held.info.instance == packed.instance
+                and held.info.path
+                and held.info.lo == packed.lo
+                and held.info.hi == packed.hi
+            ):
+                info = held.info
+            else:
+                info = self._expand(packed, me.path)
+                if info is None:
+                    self.invalid_news += 1
+                    continue
             summaries.append(info)
-            if info.id != self.id and info.id != sender:
-                changed |= self._learn(info, now)
+            if info.id != self.id and info.id != sender and self._learn(info, now):
+                learned.append(info.id)
         if summaries:
             self._their_neighbors[sender] = tuple(summaries)
         for stone in update.tombstones:
@@ -700,6 +742,9 @@ class CanOverlay:
                 changed = True
         if changed:
             self._recompute_direct(now)
+        elif learned:
+            self._refresh_direct(learned, now)
+        if changed or learned:
             self._repair(now)
         if update.neighbors and sender not in self.direct and self.lo:
             # It thinks we are neighbours, we do not: one of us has stale news.
@@ -960,131 +1005,119 @@ class CanOverlay:
             self._recompute_direct(now)
             self._repair(now)
 
-    # -- repair: absorbing dead regions ---------------------------------------------------------------------
+    # -- repair: absorbing dead zones ------------------------------------------------------------------
+    #
+    # The rule, from the taker's side (our own path is exact, dead nodes' may not be):
+    # for a split sigma that is a face of our zone, our path gives the box B of
+    # sigma's other subtree. When that subtree has no survivor (no live zone lies
+    # inside B; co-takers that grew into B from our side stick out of it), the
+    # tree operation is "our subtree replaces sigma's parent": every leaf of ours
+    # touching the face extends through B. So we take our slab of B, once it is
+    # covered by dead zones and free of live ones, and drop sigma from our path.
+    # A single dead sibling, several takers, and siblings that died together
+    # (their parent's subtree is then all dead) are all this one rule.
 
-    def _dead_regions(self) -> list[_Region]:
-        """Tombstones grouped into maximal dead regions (dead siblings merged into their parent).
+    def _dead_boxes(self) -> list[tuple[tuple[float, ...], tuple[float, ...], int]]:
+        """(lo, hi, id) of dead zones not already covered by live zones we know (cached).
 
-        A tombstone overlapping our zone or a live node we know of is left out:
-        it is already absorbed, or our news of it is stale (it split before it died).
-        Cached until news, tombstones or our zone change.
+        A tombstone overlapping a live descendant is stale news (it split before
+        it died) and is left out.
         """
         if self._regions is None:
-            self._regions = self._compute_dead_regions() if self.tombstones else []
+            live = [k.info for k in self.known.values()]
+            if self.lo:
+                live.append(self.info())
+            out = []
+            for stone, _ in self.tombstones.values():
+                if not stone.lo:
+                    continue
+                touching = [i for i in live if overlap(stone.lo, stone.hi, i.lo, i.hi)]
+                sids = tuple(e.sid for e in stone.path)
+                if sids and any(
+                    tuple(e.sid for e in i.path[: len(sids)]) == sids for i in touching
+                ):
+                    continue
+                if touching and covered_by(stone.lo, stone.hi, [(i.lo, i.hi) for i in touching]):
+                    continue
+                out.append((stone.lo, stone.hi, stone.id))
+            self._regions = out
         return self._regions
 
-    def _compute_dead_regions(self) -> list[_Region]:
-        space = self.space
-        live = [k.info for k in self.known.values()]
-        if self.lo:
-            live.append(self.info())
-        regions = []
-        for stone, _ in self.tombstones.values():
-            if not stone.lo or not stone.path:
-                continue
-            sids = tuple(e.sid for e in stone.path)
-            covered = 0.0
-            stale = False
-            for info in live:
-                if not overlap(stone.lo, stone.hi, info.lo, info.hi):
-                    continue
-                if tuple(e.sid for e in info.path[: len(sids)]) == sids:
-                    stale = True  # a live descendant: it split before it died, our news is old
-                    break
-                covered += space.volume(
-                    tuple(map(max, stone.lo, info.lo)), tuple(map(min, stone.hi, info.hi))
-                )
-            volume = space.volume(stone.lo, stone.hi)
-            if not stale and covered < volume * (1 - 1e-9):  # partly absorbed regions stay
-                regions.append(_Region(stone.lo, stone.hi, stone.path, [stone.id]))
-        while True:
-            by_parent: dict[tuple[int, ...], list[_Region]] = {}
-            for region in regions:
-                by_parent.setdefault(tuple(e.sid for e in region.path[:-1]), []).append(region)
-            for group in by_parent.values():
-                if len(group) < 2:
-                    continue
-                path = group[0].path[:-1]
-                plo, phi = space.box_of_path(path)
-                parent_volume = space.volume(plo, phi)
-                inside = all(
-                    plo[d] <= r.lo[d] and r.hi[d] <= phi[d] for r in group for d in range(space.n)
-                )
-                if (
-                    inside
-                    and abs(sum(space.volume(r.lo, r.hi) for r in group) - parent_volume)
-                    <= 1e-9 * parent_volume
-                ):
-                    regions = [r for r in regions if all(r is not g for g in group)]
-                    regions.append(
-                        _Region(plo, phi, path, sorted(m for r in group for m in r.members))
-                    )
-                    break
-            else:
-                return regions
-
-    def _dead_regions_nearby(self) -> bool:
+    def _tombstone_touches_us(self) -> bool:
+        """Cheap test before _dead_boxes(): does any dead zone share a face with ours?
+        (A slab we could absorb is covered by dead zones, and those next to our
+        face share it with us, so without one there is nothing to do.)"""
         if not self.tombstones or not self.lo:
             return False
-        return any(abutment(self.lo, self.hi, r.lo, r.hi) is not None for r in self._dead_regions())
+        lo, hi = self.lo, self.hi
+        return any(
+            stone.lo and abutment(lo, hi, stone.lo, stone.hi) is not None
+            for stone, _ in self.tombstones.values()
+        )
+
+    def _dead_regions_nearby(self) -> bool:
+        if not self._tombstone_touches_us():
+            return False
+        return any(
+            abutment(self.lo, self.hi, lo, hi) is not None for lo, hi, _ in self._dead_boxes()
+        )
 
     def _repair(self, now: float) -> None:
-        """Absorb every dead region whose takeover face we border from its sibling side."""
+        """Absorb every dead slab we are responsible for (see the comment above)."""
         if self.status not in (Status.MEMBER, Status.LEAVING) or not self.tombstones:
             return
-        for _ in range(8):  # a takeover can make us border another dead region
-            absorbed = False
-            for region in self._dead_regions():
-                if self._absorb(region, now):
-                    absorbed = True
-                    break
-            if not absorbed:
+        for _ in range(8):  # a takeover can bring us to another dead zone
+            if not self._absorb_once(now):
                 return
 
-    def _absorb(self, region: _Region, now: float) -> bool:
-        if not region.path:
+    def _absorb_once(self, now: float) -> bool:
+        if not self._tombstone_touches_us():
             return False
-        face = region.path[-1]
-        d = face.dim
-        mine = {e.sid: k for k, e in enumerate(self.path)}
-        k = mine.get(face.sid)
-        if k is None or self.path[k].upper == face.upper:
-            return False  # we are not in the sibling subtree of this split
-        side = abutment(self.lo, self.hi, region.lo, region.hi)
-        # We must touch the face from the other side: below it if the region is the upper half.
-        if side is None or side != (d, face.upper):
+        dead = self._dead_boxes()
+        if not dead:
             return False
-        we_below = side[1]
-        lo, hi = list(self.lo), list(self.hi)
-        if we_below:
-            hi[d] = region.hi[d]
-        else:
-            lo[d] = region.lo[d]
-        # The slab we would take must be free: other takers may hold their shares already.
-        slab_lo, slab_hi = list(lo), list(hi)
-        if we_below:
-            slab_lo[d] = self.hi[d]
-        else:
-            slab_hi[d] = self.lo[d]
-        if any(overlap(slab_lo, slab_hi, k.info.lo, k.info.hi) for k in self.known.values()):
-            return False
-        for other in range(self.space.n):
-            if other != d and not (
-                region.lo[other] <= self.lo[other] and self.hi[other] <= region.hi[other]
-            ):
-                self._emit(Inconsistent(now, "takeover-face-mismatch", [*region.members]))
-                return False
-        path = tuple(e for e in self.path if e.sid != face.sid)
-        volume = self.space.volume(self.lo, self.hi)
-        # The dead nodes' last neighbour lists tell us who borders what we take.
-        for member in region.members:
-            for info in self._their_neighbors.pop(member, ()):
-                self._learn(info, now)
-        self._set_zone(lo, hi, path, "takeover", now)
-        gained = self.space.volume(self.lo, self.hi) - volume
-        self._emit(TookOver(now, region.members, gained))
-        self._send_updates(now)
-        return True
+        live = [k.info for k in self.known.values()]
+        for k in range(len(self.path) - 1, -1, -1):
+            entry = self.path[k]
+            d = entry.dim
+            if (self.lo[d] if entry.upper else self.hi[d]) != entry.pos:
+                continue  # shadowed by a later split: not a face of ours
+            blo, bhi = (list(x) for x in self.space.box_of_path(self.path[:k]))
+            if entry.upper:
+                bhi[d] = entry.pos  # the other subtree is below
+            else:
+                blo[d] = entry.pos
+            if not any(overlap(lo, hi, blo, bhi) for lo, hi, _ in dead):
+                continue
+            if any(overlap(i.lo, i.hi, blo, bhi) and contained(i.lo, i.hi, blo, bhi) for i in live):
+                continue  # the other subtree still has a live leaf: it repairs itself
+            slab_lo, slab_hi = list(self.lo), list(self.hi)
+            if entry.upper:
+                slab_lo[d], slab_hi[d] = blo[d], self.lo[d]
+            else:
+                slab_lo[d], slab_hi[d] = self.hi[d], bhi[d]
+            if any(overlap(slab_lo, slab_hi, i.lo, i.hi) for i in live):
+                continue
+            relevant = [(lo, hi) for lo, hi, _ in dead if overlap(lo, hi, slab_lo, slab_hi)]
+            if not covered_by(slab_lo, slab_hi, relevant):
+                continue  # part of it is unknown to us: wait for news
+            members = sorted(ident for lo, hi, ident in dead if overlap(lo, hi, slab_lo, slab_hi))
+            lo, hi = list(self.lo), list(self.hi)
+            if entry.upper:
+                lo[d] = blo[d]
+            else:
+                hi[d] = bhi[d]
+            # The dead nodes' last neighbour lists tell us who borders what we take.
+            for member in members:
+                for info in self._their_neighbors.pop(member, ()):
+                    self._learn(info, now)
+            volume = self.space.volume(self.lo, self.hi)
+            path = tuple(e for e in self.path if e.sid != entry.sid)
+            self._set_zone(lo, hi, path, "takeover", now)
+            self._emit(TookOver(now, members, self.space.volume(self.lo, self.hi) - volume))
+            self._send_updates(now)
+            return True
+        return False
 
     def _coverage_problem(self) -> str | None:
         """Check that the known direct neighbours tile every inner face of our zone exactly."""

@@ -51,6 +51,7 @@ class Simulator:
         port: int = 7000,
         names: Sequence[str] | None = None,
         log: IO[str] | None = None,
+        observer: Callable[[int, dict[str, Any]], None] | None = None,
     ) -> None:
         if len(ips) != model.n:
             raise ValueError(f"{len(ips)} addresses for {model.n} hosts")
@@ -68,7 +69,9 @@ class Simulator:
         self._incarnation = Counter[int]()
         self._timer_at: dict[int, float] = {}
         self._log = log
+        self._observer = observer
         self.stats = Counter[str]()
+        self.steps = 0  # heap entries processed: deliveries, timers, scheduled calls
 
     # -- peers --------------------------------------------------------------------------------------
 
@@ -84,9 +87,10 @@ class Simulator:
 
     def crash(self, host: int) -> None:
         """Kill the peer at once (kill -9): no goodbye, its datagrams in flight still arrive elsewhere."""
-        if self.peers.pop(host, None) is not None:
+        peer = self.peers.pop(host, None)
+        if peer is not None:
             self._timer_at.pop(host, None)
-            self._write(host, {"t": round(self.now, 6), "kind": "crashed"})
+            self._write(host, {"t": round(self.now, 6), "kind": "crashed", "id": peer.can.id})
 
     def stop(self, host: int) -> None:
         """Remove a peer that has finished (left gracefully)."""
@@ -116,6 +120,7 @@ class Simulator:
         while heap and heap[0][0] <= t:
             when, _seq, kind, a, b, c = heapq.heappop(heap)
             self.now = when
+            self.steps += 1
             if kind == _DELIVER:
                 peer = self.peers.get(a)
                 if peer is None:
@@ -164,6 +169,8 @@ class Simulator:
 
     def _write(self, host: int, record: dict[str, Any]) -> None:
         self.stats["events"] += 1
+        if self._observer is not None:
+            self._observer(host, record)
         if self._log is not None:
             self._log.write(
                 json.dumps({"host": self.names[host], **record}, separators=(",", ":")) + "\n"

@@ -1,0 +1,318 @@
+# Running an experiment spec on an engine, and what it leaves in the run folder.
+#
+# Theory of operation
+#   The runner walks the spec's phases in order. A phase picks its hosts
+#   (joiners among the hosts not running a member; leavers and crash victims
+#   among the members, either at random or in groups of peers whose zones
+#   are adjacent), spreads their events evenly over `over_s`, waits
+#   `settle_s`, and then checks the CAN invariants on the state dumps of all
+#   live peers. The engine does the rest through a handful of verbs (start,
+#   join, leave, crash, advance, dumps), so the same spec runs in the
+#   simulator and on real processes in the emulator.
+#
+# Run folder: spec.toml (as run, after --set), actions.jsonl (what the runner
+# did, when), checks.jsonl (each invariant check), events.jsonl (sim) or
+# peers/<host>.jsonl (emu), summary.json.
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import tomli_w
+
+from node.can.geometry import Dimension, Space, abutment
+from node.can.overlay import CanConfig
+from node.peer import NodeConfig
+from testbed.analysis.can_oracle import check_can
+from testbed.runs import JsonLog, new_run_dir, write_json
+from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
+from testbed.topology import Topology, load_topology
+
+__all__ = ["Engine", "build_node_config", "draw_point", "run_experiment"]
+
+
+class Engine(Protocol):
+    """What the runner needs from an engine (simulator or emulator)."""
+
+    now: float
+
+    def start(self, host: int, point: tuple[float, ...]) -> None: ...
+    def join(self, host: int, bootstraps: list[int]) -> None: ...
+    def leave(self, host: int) -> None: ...
+    def crash(self, host: int) -> None: ...
+    def advance(self, until: float) -> None: ...
+    def dumps(self) -> list[dict[str, Any]]: ...
+    def members(self) -> list[int]: ...
+    def finish(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def build_node_config(node: NodeSpec) -> NodeConfig:
+    space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
+    can = CanConfig(
+        space,
+        update_interval_s=node.update_interval_s,
+        suspect_after_s=node.suspect_after_s,
+        probe_timeout_s=node.probe_timeout_s,
+        propose_timeout_s=node.propose_timeout_s,
+        join_timeout_s=node.join_timeout_s,
+        retry_max_s=node.retry_max_s,
+        busy_timeout_s=max(8.0, 4 * node.update_interval_s),
+        forget_after_s=5 * node.update_interval_s,
+        propose_scope=node.propose_scope,
+    )
+    return NodeConfig(can, bytes.fromhex(node.grid_key) if node.grid_key else None)
+
+
+def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
+    """A peer's capabilities, plus a random virtual coordinate (seed 000 §3.1.1)."""
+    point = []
+    for d in node.dimensions:
+        if d.virtual:
+            point.append(rng.uniform(d.lo, d.hi))
+        elif d.values is not None:
+            point.append(float(d.values[rng.randrange(len(d.values))]))
+        else:
+            assert d.uniform is not None
+            point.append(rng.uniform(*d.uniform))
+    return tuple(point)
+
+
+@dataclass
+class _Check:
+    t: float
+    phase: str
+    report: dict[str, Any]
+
+
+def select_topology(spec: ExperimentSpec) -> Topology:
+    topo = load_topology(spec.topology.ref)
+    return topo.select(
+        spec.topology.hosts,
+        pick=spec.topology.pick,
+        seed=spec.seed if spec.topology.pick == "random" else None,
+    ).scaled(spec.topology.scale)
+
+
+def _adjacent_group(
+    dumps: list[dict[str, Any]], size: int, rng: random.Random, exclude: set[str]
+) -> list[str]:
+    """`size` members whose zones form one connected patch (breadth-first from a random member)."""
+    members = [d for d in dumps if d["status"] == "member" and d["lo"] and d["host"] not in exclude]
+    if not members:
+        return []
+    start = members[rng.randrange(len(members))]
+    group, frontier = [start], [start]
+    while frontier and len(group) < size:
+        current = frontier.pop(0)
+        for other in members:
+            if (
+                other not in group
+                and abutment(current["lo"], current["hi"], other["lo"], other["hi"]) is not None
+            ):
+                group.append(other)
+                frontier.append(other)
+                if len(group) >= size:
+                    break
+    return [d["host"] for d in group]
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    data: dict[str, Any],
+    *,
+    out: str | Path | None = None,
+    make_engine: Callable[[ExperimentSpec, Topology, NodeConfig, Path], Engine] | None = None,
+    on_phase: Callable[[str, dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run `spec`; returns the run folder. The engine is chosen by spec.engine unless given."""
+    topology = select_topology(spec)
+    config = build_node_config(spec.node)
+    run_dir = new_run_dir(spec.name, out)
+    (run_dir / "spec.toml").write_text(tomli_w.dumps(_strip_none(data)))
+    if make_engine is None:
+        if spec.engine == "sim":
+            from testbed.sim._driver import SimEngine
+
+            make_engine = SimEngine
+        else:
+            from testbed.emu._peers import EmuEngine
+
+            make_engine = EmuEngine
+    engine = make_engine(spec, topology, config, run_dir)
+    names = [f"h{k + 1}" for k in range(topology.n)]
+    host_of = {name: k for k, name in enumerate(names)}
+    rng = random.Random(f"{spec.seed}/runner")
+    point_rng = random.Random(f"{spec.seed}/points")
+    actions = JsonLog(run_dir / "actions.jsonl")
+    checks_log = JsonLog(run_dir / "checks.jsonl")
+    expected: set[int] = set()  # hosts that should be members
+    checks: list[_Check] = []
+    wall0 = time.monotonic()
+    engine_summary: dict[str, Any] = {}
+    status = "interrupted"
+    try:
+        for number, phase in enumerate(spec.phases):
+            label = phase.name or f"{number}-{phase.action}"
+            hosts = _choose(phase, engine, expected, topology.n, rng, names, host_of)
+            times = _schedule(phase, len(hosts), engine.now)
+            points = _points(phase, len(hosts), spec.node, point_rng)
+            for host, when, point in zip(hosts, times, points, strict=True):
+                engine.advance(when)
+                _act(phase.action, host, engine, expected, rng, point)
+                actions.write(
+                    phase.action, sim_t=round(engine.now, 6), host=names[host], phase=label
+                )
+            engine.advance((times[-1] if times else engine.now) + phase.settle_s)
+            dumps = engine.dumps()
+            report = check_can(
+                config.can.space,
+                dumps,
+                expected_members=[names[h] for h in sorted(expected)],
+                routes=spec.routes_checked,
+                seed=spec.seed + number,
+            )
+            result = {"phase": label, "t": round(engine.now, 3), **report.to_dict()}
+            checks.append(_Check(engine.now, label, result))
+            checks_log.write("check", **result)
+            if on_phase is not None:
+                on_phase(label, result)
+        engine_summary = engine.finish()
+        status = "complete"
+    finally:
+        # Teardown always happens; an interrupted run still gets a summary of
+        # the checks it made (status tells which).
+        engine.close()
+        actions.close()
+        checks_log.close()
+        summary = {
+            "name": spec.name,
+            "engine": spec.engine,
+            "status": status,
+            "seed": spec.seed,
+            "hosts": topology.n,
+            "topology": topology.source,
+            "invariants": {
+                "violations": sum(c.report["violations"] for c in checks),
+                "checked_at": [round(c.t, 3) for c in checks],
+                "by_check": [c.report for c in checks],
+            },
+            "members_final": checks[-1].report["members"] if checks else 0,
+            "wall_s": round(time.monotonic() - wall0, 3),
+            **engine_summary,
+        }
+        write_json(run_dir / "summary.json", summary)
+    return run_dir
+
+
+def _choose(
+    phase: PhaseSpec,
+    engine: Engine,
+    expected: set[int],
+    n: int,
+    rng: random.Random,
+    names: list[str],
+    host_of: dict[str, int],
+) -> list[int]:
+    if phase.action == "join":
+        idle = [h for h in range(n) if h not in expected]
+        count = phase.count if phase.count is not None else round(phase.fraction * n)
+        return idle[:count] if not expected else rng.sample(idle, min(count, len(idle)))
+    members = sorted(expected)
+    count = phase.count if phase.count is not None else round(phase.fraction * len(members))
+    count = min(count, len(members))
+    if phase.burst <= 0:
+        return rng.sample(members, count)
+    chosen: list[int] = []
+    dumps = engine.dumps()
+    while len(chosen) < count:
+        group = _adjacent_group(
+            dumps, min(phase.burst, count - len(chosen)), rng, {names[h] for h in chosen}
+        )
+        group_hosts = [
+            host_of[g] for g in group if host_of[g] in expected and host_of[g] not in chosen
+        ]
+        if not group_hosts:
+            break
+        chosen.extend(group_hosts)
+    return chosen[:count]
+
+
+def _schedule(phase: PhaseSpec, count: int, now: float) -> list[float]:
+    if count == 0:
+        return []
+    if phase.burst > 0:
+        # Each group at once (50 ms apart inside it); groups spread over over_s.
+        groups = (count + phase.burst - 1) // phase.burst
+        step = phase.over_s / groups if groups > 1 else 0.0
+        return [now + (k // phase.burst) * step + (k % phase.burst) * 0.05 for k in range(count)]
+    step = phase.over_s / count
+    return [now + k * step for k in range(count)]
+
+
+def _points(
+    phase: PhaseSpec, count: int, node: NodeSpec, rng: random.Random
+) -> list[tuple[float, ...] | None]:
+    """Joiners' points. In a join burst each group shares its capabilities and
+    has virtual coordinates within 1 % of each other, so that its members
+    land in the same or adjacent zones at the same moment."""
+    if phase.action != "join":
+        return [None] * count
+    if phase.burst <= 0:
+        return [draw_point(node, rng) for _ in range(count)]
+    points: list[tuple[float, ...] | None] = []
+    for k in range(count):
+        if k % phase.burst == 0:
+            base = draw_point(node, rng)
+        point = list(base)
+        for i, d in enumerate(node.dimensions):
+            if d.virtual:
+                width = (d.hi - d.lo) * 0.01
+                start = min(base[i], d.hi - width)
+                point[i] = rng.uniform(start, start + width)
+        points.append(tuple(point))
+    return points
+
+
+def _act(
+    action: str,
+    host: int,
+    engine: Engine,
+    expected: set[int],
+    rng: random.Random,
+    point: tuple[float, ...] | None,
+) -> None:
+    if action == "join":
+        assert point is not None
+        members = engine.members()
+        engine.start(host, point)
+        # A few live members to try (a joiner picks one at random each attempt).
+        bootstraps = rng.sample(members, min(5, len(members)))
+        if not bootstraps and expected:
+            bootstraps = [min(expected)]  # members still joining: wait for the first
+        engine.join(host, bootstraps)
+        expected.add(host)
+    elif action == "leave":
+        engine.leave(host)
+        expected.discard(host)
+    else:
+        engine.crash(host)
+        expected.discard(host)
+
+
+def _strip_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_none(v) for v in value]
+    return value
+
+
+def load_checks(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "checks.jsonl").read_text().splitlines()]

@@ -1,0 +1,112 @@
+# The simulator behind the experiment runner's engine verbs.
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from node.peer import NodeConfig
+from testbed.analysis.stats import quantiles
+from testbed.emu._plan import new_run_id, plan_network
+from testbed.linkmodel import LinkModel
+from testbed.sim._engine import Simulator
+from testbed.spec import ExperimentSpec
+from testbed.topology import Topology
+
+__all__ = ["SimEngine"]
+
+
+class SimEngine:
+    """Runs an experiment's peers in the simulator, addressed as the emulator would address them."""
+
+    def __init__(
+        self, spec: ExperimentSpec, topology: Topology, config: NodeConfig, run_dir: Path
+    ) -> None:
+        plan = plan_network(topology.n, new_run_id())
+        self.config = config
+        self._log = (run_dir / "events.jsonl").open("w", encoding="utf-8")
+        self._crashed_at: dict[int, float] = {}
+        self._repaired_at: dict[int, float] = {}
+        self.graveyard: dict[
+            int, tuple[float, Any]
+        ] = {}  # host -> (time, overlay) of its last crash, for post-mortems
+        self.sim = Simulator(
+            LinkModel((topology.one_way_ms() / 1e3).tolist()),
+            seed=spec.seed,
+            ips=[h.ip for h in plan.hosts],
+            port=spec.node.port,
+            log=self._log,
+            observer=self._observe,
+        )
+        self._wall0 = time.monotonic()
+        self._peer_seconds = 0.0
+        self._last = 0.0
+
+    @property
+    def now(self) -> float:
+        return self.sim.now
+
+    def _observe(self, host: int, record: dict[str, Any]) -> None:
+        kind = record["kind"]
+        if kind == "crashed":
+            self._crashed_at[record["id"]] = record["t"]
+        elif kind == "takeover":
+            for dead in record["dead"]:
+                self._repaired_at[dead] = record["t"]
+
+    def start(self, host: int, point: tuple[float, ...]) -> None:
+        if host in self.sim.peers:
+            self.sim.stop(host)
+        self.sim.start_peer(host, self.config, point)
+
+    def join(self, host: int, bootstraps: list[int]) -> None:
+        self.sim.join(host, bootstraps)
+
+    def leave(self, host: int) -> None:
+        self.sim.leave(host)
+
+    def crash(self, host: int) -> None:
+        peer = self.sim.peers.get(host)
+        if peer is not None:
+            self.graveyard[host] = (self.sim.now, peer.can)
+        self.sim.crash(host)
+
+    def advance(self, until: float) -> None:
+        if until > self.sim.now:
+            self._peer_seconds += len(self.sim.peers) * (until - self.sim.now)
+        self.sim.run_until(until)
+        for host in [h for h, p in self.sim.peers.items() if p.status == "left"]:
+            self.sim.stop(host)  # a peer that left has exited
+
+    def members(self) -> list[int]:
+        return sorted(h for h, p in self.sim.peers.items() if p.member)
+
+    def dumps(self) -> list[dict[str, Any]]:
+        return self.sim.dump_all()
+
+    def close(self) -> None:
+        self._log.close()
+
+    def finish(self) -> dict[str, Any]:
+        self._log.flush()
+        wall = time.monotonic() - self._wall0
+        stats = self.sim.stats
+        handled = self.sim.steps
+        repair = [
+            self._repaired_at[i] - t for i, t in self._crashed_at.items() if i in self._repaired_at
+        ]
+        unrepaired = sum(1 for i in self._crashed_at if i not in self._repaired_at)
+        minutes = self._peer_seconds / 60 or 1.0
+        return {
+            "sim": {
+                "virtual_s": round(self.sim.now, 3),
+                "datagrams": stats["sent"],
+                "delivered": stats["delivered"],
+                "dropped": {k[8:]: v for k, v in stats.items() if k.startswith("dropped.")},
+                "events_per_s": round(handled / wall, 1) if wall > 0 else None,
+                "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
+            },
+            "repair_s": quantiles(repair)
+            | {"crashes": len(self._crashed_at), "unrepaired": unrepaired},
+        }
