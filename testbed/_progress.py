@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -15,7 +18,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-__all__ = ["BringupProgress", "console", "err_console"]
+__all__ = ["BringupProgress", "console", "err_console", "progress_bar"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -69,3 +72,20 @@ class BringupProgress:
 
     def __bool__(self) -> bool:
         return self.enabled
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A single bar; yields update(done). Silent when stderr is not a terminal."""
+    if not err_console.is_terminal:
+        yield lambda done: None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda done: progress.update(task, completed=done)

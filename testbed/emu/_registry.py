@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,11 @@ class RunRecord:
         """Where this run's delay engine listens for control requests."""
         return REGISTRY_DIR / f"{self.run_id}.sock"
 
+    @property
+    def sockets_dir(self) -> Path:
+        """Where this run's peers put their control sockets (removed with the record)."""
+        return REGISTRY_DIR / f"{self.run_id}.d"
+
     def owner_alive(self) -> bool:
         """True if the process that made this run still runs (pid reuse is ruled out)."""
         return self.owner_start is not None and _start_time(self.owner_pid) == self.owner_start
@@ -66,6 +72,7 @@ class RunRecord:
         self.save()
 
     def remove(self) -> None:
+        shutil.rmtree(self.sockets_dir, ignore_errors=True)
         for path in (self.control_path, self.path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

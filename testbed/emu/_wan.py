@@ -424,6 +424,13 @@ class Wan:
 
     # -- hosts and processes -------------------------------------------------------------------------
 
+    @property
+    def sockets_dir(self) -> Path:
+        """A folder for this run's Unix sockets (peers' control APIs); removed at teardown."""
+        folder = self._record.sockets_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def host(self, name: str | EmuHost) -> EmuHost:
         """The host called `name` ("h3", or the topology node name such as "n17").
 

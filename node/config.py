@@ -1,0 +1,79 @@
+# A peer's configuration as a JSON document, so that the testbed can hand the
+# very NodeConfig it uses in the simulator to a real peer process.
+#
+#   {"grid_key": "<hex>" | null,
+#    "can": {"space": [{"name": "cpu", "lo": 0, "hi": 500, "virtual": false}, ...],
+#            "update_interval_s": 2.0, ...any other CanConfig field}}
+#
+# Unknown fields are errors (a typo must not silently fall back to a default).
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from node.can.geometry import Dimension, Space
+from node.can.overlay import CanConfig
+from node.peer import NodeConfig
+
+__all__ = ["ConfigError", "config_from_dict", "config_to_dict", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A node configuration document is malformed; the message names the field."""
+
+
+_CAN_FIELDS = {f.name for f in dataclasses.fields(CanConfig)} - {"space"}
+
+
+def config_to_dict(config: NodeConfig) -> dict[str, Any]:
+    can = {name: getattr(config.can, name) for name in sorted(_CAN_FIELDS)}
+    can["space"] = [dataclasses.asdict(d) for d in config.can.space.dims]
+    return {"grid_key": config.grid_key.hex() if config.grid_key else None, "can": can}
+
+
+def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
+    def fail(field: str, reason: str) -> ConfigError:
+        return ConfigError(f"{source}: {field}: {reason}")
+
+    if not isinstance(data, dict):
+        raise fail("(top)", "expected a JSON object")
+    unknown = set(data) - {"grid_key", "can"}
+    if unknown:
+        raise fail(", ".join(sorted(unknown)), "unknown field (expected grid_key, can)")
+    can = data.get("can")
+    if not isinstance(can, dict):
+        raise fail("can", "expected an object with at least 'space'")
+    unknown = set(can) - _CAN_FIELDS - {"space"}
+    if unknown:
+        raise fail(f"can.{sorted(unknown)[0]}", "unknown field")
+    space = can.get("space")
+    if not isinstance(space, list) or not space:
+        raise fail("can.space", "expected a non-empty list of dimensions")
+    try:
+        dims = [Dimension(**d) for d in space]
+    except (TypeError, ValueError) as exc:
+        raise fail("can.space", str(exc)) from None
+    try:
+        can_config = CanConfig(Space(dims), **{k: v for k, v in can.items() if k != "space"})
+    except (TypeError, ValueError) as exc:
+        raise fail("can", str(exc)) from None
+    key = data.get("grid_key")
+    if key is not None:
+        try:
+            key = bytes.fromhex(key)
+        except (TypeError, ValueError):
+            raise fail("grid_key", "expected a hex string") from None
+    return NodeConfig(can_config, key)
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    return config_from_dict(data, source=str(path))

@@ -1,0 +1,50 @@
+# The client side of a peer's control API (node/runtime.py): one JSON request
+# per line on a Unix socket, one JSON answer per line. Blocking, for the
+# testbed's orchestrator and for humans (`python -m node.control PATH dump`).
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from typing import Any
+
+__all__ = ["ControlError", "request"]
+
+
+class ControlError(RuntimeError):
+    """The peer could not be reached or refused the request."""
+
+
+def request(path: str, op: str, *, timeout_s: float = 10.0, **fields: Any) -> dict[str, Any]:
+    """Send {"op": op, **fields} to the peer at `path`; return its answer (ok is true)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+            buffer = b""
+            while not buffer.endswith(b"\n"):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                buffer += chunk
+    except OSError as exc:
+        raise ControlError(f"{path}: {op}: {exc.strerror or exc}") from None
+    try:
+        answer = json.loads(buffer)
+    except ValueError:
+        raise ControlError(f"{path}: {op}: the peer closed without a valid answer") from None
+    if not answer.get("ok"):
+        raise ControlError(f"{path}: {op}: {answer.get('error', 'refused')}")
+    return answer
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: python -m node.control SOCKET OP [JSON-FIELDS]")
+    extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    try:
+        print(json.dumps(request(sys.argv[1], sys.argv[2], **extra), indent=2))
+    except ControlError as exc:
+        sys.exit(str(exc))

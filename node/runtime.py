@@ -1,0 +1,348 @@
+# The trio driver of one peer: a UDP socket, the clock, the timer, the event
+# log and the local control API, around the sans-IO Peer (STYLE.md §2).
+#
+# Theory of operation
+#   Three tasks share the Peer: the receiver feeds it datagrams, the timer
+#   task calls handle_timer() when get_timer() is due, and control
+#   connections feed it commands. Every input is followed, with no await in
+#   between, by a drain: events go to the log (written and flushed as they
+#   happen), datagrams go to the sender task through a bounded channel (a
+#   full channel drops and counts, so a slow socket never blocks the
+#   receiver), and the timer's deadline is reset. Time comes only from
+#   trio.current_time(), shifted so that the peer's clock starts at 0.
+#
+# Control API: a Unix stream socket; one JSON object per line in each
+# direction. Requests: {"op": "join", "bootstraps": [["10.0.0.1", 7000]]},
+# {"op": "leave"}, {"op": "dump"}, {"op": "stats"}, {"op": "status"},
+# {"op": "exit"}. Answers: {"ok": true, ...} or {"ok": false, "error": ...}.
+#
+# Lifetime: the process exits after a graceful leave has completed, on
+# {"op": "exit"}, or after SIGTERM/SIGINT (which first leave gracefully,
+# bounded by leave_timeout_s; a second signal exits at once).
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import trio
+
+from node.events import event_to_dict
+from node.peer import Address, Peer
+from node.wire import MAX_DATAGRAM_BYTES
+
+__all__ = ["NodeRuntime", "serve_control"]
+
+# Datagrams the core has produced but the socket has not taken yet. The core
+# never produces more than a few hundred per input; past this the socket is
+# not keeping up and dropping (counted) is better than growing.
+SEND_QUEUE = 4096
+# A control request line longer than this is refused (the answer to dump is
+# large; requests are not).
+MAX_CONTROL_REQUEST_BYTES = 64 * 1024
+RECV_BUFFER_BYTES = 4 * 1024 * 1024
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; not exported by Python
+
+
+class NodeRuntime:
+    """Drives one Peer on a bound trio UDP socket; see the module comment."""
+
+    def __init__(
+        self, peer: Peer, sock: trio.socket.SocketType, *, name: str, log: IO[str] | None
+    ) -> None:
+        self.peer = peer
+        self.sock = sock
+        self.name = name
+        self.counters = Counter[str]()
+        self._log = log
+        self._t0 = trio.current_time()
+        self._send, self._outgoing = trio.open_memory_channel[tuple[bytes, Address]](SEND_QUEUE)
+        self._timer_scope = trio.CancelScope()
+        self._status_changed = trio.Event()
+        self.done = trio.Event()  # set when the node should exit
+
+    def now(self) -> float:
+        return trio.current_time() - self._t0
+
+    # -- the step after every input --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Drain the peer's outputs. Synchronous on purpose: no other task runs
+        between an input and this."""
+        peer = self.peer
+        wrote = False
+        while (event := peer.next_event()) is not None:
+            record = event_to_dict(event)
+            self.write(record)
+            wrote = True
+            if record["kind"] == "left":
+                self.done.set()
+        if wrote and self._log is not None:
+            self._log.flush()
+        for datagram in peer.datagrams_to_send(self.now()):
+            try:
+                self._send.send_nowait(datagram)
+            except trio.WouldBlock:
+                self.counters["tx_queue_full"] += 1
+        deadline = peer.get_timer()
+        self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
+        if not self._status_changed.is_set():
+            self._status_changed.set()
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._log is not None:
+            line = {"host": self.name, "wall": round(time.time(), 6), **record}
+            self._log.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+    # -- tasks -------------------------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until done is set; reports the bound address once ready."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receiver)
+            nursery.start_soon(self._sender)
+            nursery.start_soon(self._timer)
+            self.flush()
+            task_status.started(self.sock.getsockname())
+            await self.done.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _receiver(self) -> None:
+        while True:
+            try:
+                data, addr = await self.sock.recvfrom(MAX_DATAGRAM_BYTES + 1024)
+            except (ConnectionRefusedError, ConnectionResetError):
+                # An ICMP error for an earlier send: information, not a failure.
+                self.counters["rx_icmp_error"] += 1
+                continue
+            self.peer.receive_datagram(data, addr[:2], self.now())
+            self.flush()
+
+    async def _sender(self) -> None:
+        async for data, addr in self._outgoing:
+            try:
+                await self.sock.sendto(data, addr)
+            except OSError as exc:  # unreachable, refused, no buffer space: UDP is lossy anyway
+                self.counters[f"tx_error.{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+
+    async def _timer(self) -> None:
+        while True:
+            with self._timer_scope:
+                await trio.sleep_forever()
+            deadline = self._timer_scope.deadline
+            self._timer_scope = trio.CancelScope(deadline=deadline)
+            if self._timer_scope.deadline <= trio.current_time():
+                self.peer.handle_timer(max(deadline - self._t0, self.now()))
+                self.flush()
+
+    # -- commands ---------------------------------------------------------------------------------------
+
+    def command(self, request: Any) -> dict[str, Any]:
+        """Apply one control request; returns the answer. Never raises on bad input."""
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            return {"ok": False, "error": 'expected an object like {"op": "status"}'}
+        op = request["op"]
+        handler = self._commands().get(op)
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {op!r} (known: {sorted(self._commands())})"}
+        try:
+            answer = handler(request)
+        except (TypeError, ValueError, KeyError) as exc:
+            return {"ok": False, "error": f"{op}: {exc}"}
+        self.flush()
+        return {"ok": True, **answer}
+
+    def _commands(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        return {
+            "join": self._join,
+            "leave": self._leave,
+            "dump": lambda _: {"dump": {"host": self.name, **self.peer.dump()}},
+            "stats": lambda _: {"stats": self.stats()},
+            "status": lambda _: {"status": self.peer.status, "id": self.peer.can.id},
+            "exit": self._exit,
+        }
+
+    def _join(self, request: dict[str, Any]) -> dict[str, Any]:
+        bootstraps = [_address(b) for b in request.get("bootstraps", [])]
+        self.peer.join(bootstraps, self.now())
+        return {"status": self.peer.status}
+
+    def _leave(self, _: dict[str, Any]) -> dict[str, Any]:
+        if self.peer.member:
+            self.peer.leave(self.now())
+        else:
+            self.done.set()  # nothing to hand over
+        return {"status": self.peer.status}
+
+    def _exit(self, _: dict[str, Any]) -> dict[str, Any]:
+        self.done.set()
+        return {}
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **self.peer.stats(),
+            **{f"runtime.{k}": v for k, v in sorted(self.counters.items())},
+            "status": self.peer.status,
+            "uptime_s": round(self.now(), 3),
+            "rss_kb": _rss_kb(),
+        }
+
+    async def leave_gracefully(self, timeout_s: float) -> None:
+        """Leave (if a member) and wait until done, at most timeout_s."""
+        if not self.peer.member:
+            self.done.set()
+            return
+        self.peer.leave(self.now())
+        self.flush()
+        with trio.move_on_after(timeout_s):
+            await self.done.wait()
+        self.done.set()
+
+
+def _address(value: Any) -> Address:
+    if not (isinstance(value, list | tuple) and len(value) == 2):
+        raise ValueError(f"an address is [host, port], not {value!r}")
+    host, port = value
+    if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"an address is [host, port], not {value!r}")
+    return (host, port)
+
+
+def _rss_kb() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+async def serve_control(
+    runtime: NodeRuntime,
+    path: str,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the control API on a Unix socket at `path` (replacing a stale one)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen(16)
+    listener = trio.SocketListener(sock)
+    try:
+        async with trio.open_nursery() as nursery:
+            task_status.started(path)
+            await trio.serve_listeners(
+                lambda stream: _control_connection(runtime, stream),
+                [listener],
+                handler_nursery=nursery,
+            )
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+async def _control_connection(runtime: NodeRuntime, stream: trio.SocketStream) -> None:
+    buffer = b""
+    async with stream:
+        try:
+            while True:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    try:
+                        request = json.loads(line)
+                    except ValueError:
+                        answer = {"ok": False, "error": "request is not JSON"}
+                    else:
+                        answer = runtime.command(request)
+                    await stream.send_all(json.dumps(answer).encode() + b"\n")
+                if len(buffer) > MAX_CONTROL_REQUEST_BYTES:
+                    await stream.send_all(b'{"ok": false, "error": "request too long"}\n')
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+
+async def open_udp(bind: Address) -> trio.socket.SocketType:
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # A burst of updates must not overflow the default ~200 KB buffer; as root
+    # SO_RCVBUFFORCE passes net.core.rmem_max, otherwise we get what it allows.
+    for option in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, RECV_BUFFER_BYTES)
+            break
+        except OSError:
+            continue
+    await sock.bind(bind)
+    return sock
+
+
+async def main_async(
+    peer: Peer,
+    *,
+    name: str,
+    bind: Address,
+    control: str | None,
+    log: IO[str] | None,
+    bootstraps: list[Address] | None,
+    leave_timeout_s: float,
+    ready: Callable[[Address], None] | None = None,
+) -> dict[str, Any]:
+    """The whole life of a peer process. Returns its final stats."""
+    sock = await open_udp(bind)
+    with sock:
+        runtime = NodeRuntime(peer, sock, name=name, log=log)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                address = await nursery.start(runtime.run)
+                if control is not None:
+                    await nursery.start(serve_control, runtime, control)
+                runtime.write(
+                    {"t": 0.0, "kind": "started", "address": list(address), "pid": os.getpid()}
+                )
+                if log is not None:
+                    log.flush()
+                if bootstraps is not None:
+                    runtime.command({"op": "join", "bootstraps": [list(b) for b in bootstraps]})
+                if ready is not None:
+                    ready(address)
+
+                async def on_signals() -> None:
+                    async for signum in signals:
+                        runtime.write(
+                            {"t": round(runtime.now(), 6), "kind": "signal", "signal": signum}
+                        )
+                        nursery.start_soon(runtime.leave_gracefully, leave_timeout_s)
+                        break
+                    async for _ in signals:
+                        runtime.done.set()  # second signal: no more waiting
+
+                nursery.start_soon(on_signals)
+                await runtime.done.wait()
+                nursery.cancel_scope.cancel()
+        stats = runtime.stats()
+        runtime.write({"t": round(runtime.now(), 6), "kind": "exit", "stats": stats})
+        if log is not None:
+            log.flush()
+        return stats

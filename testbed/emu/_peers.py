@@ -1,0 +1,234 @@
+# The emulator behind the experiment runner's engine verbs: every peer is a
+# real `python -m node` process on its emulated host, talking UDP across the
+# WAN core; the runner drives it through the peer's control socket.
+#
+#   start(host, point)  remembers the point (the process starts on join)
+#   join(host, boots)   starts the process with --join (no waiting on it)
+#   leave(host)         asks the peer to leave; it exits once it has
+#   crash(host)         SIGKILL, no goodbye
+#   advance(t)          sleeps in real time (the engine clock is wall time
+#                       since the engine started), reaping exited peers
+#   dumps(), members()  ask every live peer over its control socket
+#
+# Peers' event logs go to <run>/peers/<host>.jsonl, their stdout/stderr to
+# <run>/wan/hosts/<host>/. The summary has the peers' private memory, their
+# message rate and the time from a crash to its takeover.
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from node.config import config_to_dict
+from node.control import ControlError, request
+from node.peer import NodeConfig
+from testbed.analysis.stats import quantiles
+from testbed.emu._wan import HostProcess, open_wan
+from testbed.errors import EmulationError
+from testbed.runs import write_json
+from testbed.spec import ExperimentSpec
+from testbed.topology import Topology
+
+__all__ = ["EmuEngine", "private_memory_kb"]
+
+START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
+
+
+class EmuEngine:
+    """Runs an experiment's peers as processes on an emulated WAN (see the module comment)."""
+
+    def __init__(
+        self, spec: ExperimentSpec, topology: Topology, config: NodeConfig, run_dir: Path
+    ) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.wan = open_wan(
+            topology, clamp=spec.topology.clamp, run_dir=run_dir / "wan", seed=spec.seed
+        )
+        try:
+            self._config_path = run_dir / "node.json"
+            write_json(self._config_path, config_to_dict(config))
+            (run_dir / "peers").mkdir(exist_ok=True)
+            self._sockets = self.wan.sockets_dir
+            self._points: dict[int, tuple[float, ...]] = {}
+            self._procs: dict[int, HostProcess] = {}
+            self._incarnation: dict[int, int] = {}
+            self._crashes: list[tuple[int, float]] = []  # (peer id, wall time)
+            self._pool = ThreadPoolExecutor(8)
+            self._t0 = time.monotonic()
+        except BaseException:
+            self.wan.close()
+            raise
+
+    @property
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _name(self, host: int) -> str:
+        return self.wan.hosts[host].name
+
+    def _control(self, host: int) -> str:
+        return str(self._sockets / f"{self._name(host)}.ctl")
+
+    def _address(self, host: int) -> list[Any]:
+        return [self.wan.hosts[host].ip, self.spec.node.port]
+
+    # -- verbs ---------------------------------------------------------------------------------------
+
+    def start(self, host: int, point: tuple[float, ...]) -> None:
+        self._stop(host)
+        self._points[host] = point
+
+    def join(self, host: int, bootstraps: list[int]) -> None:
+        name = self._name(host)
+        self._incarnation[host] = self._incarnation.get(host, 0) + 1
+        seed = hash((self.spec.seed, host, self._incarnation[host])) & 0xFFFFFFFF
+        argv = [
+            sys.executable, "-m", "node",
+            "--name", name,
+            "--bind", f"{self.wan.hosts[host].ip}:{self.spec.node.port}",
+            "--config", str(self._config_path.resolve()),
+            "--point", ",".join(repr(x) for x in self._points[host]),
+            "--seed", str(seed),
+            "--log", str((self.run_dir / "peers" / f"{name}.jsonl").resolve()),
+            "--control", self._control(host),
+            "--join", ",".join(f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)),
+        ]  # fmt: skip
+        self._procs[host] = self.wan.popen(self.wan.hosts[host], argv, label="node")
+
+    def leave(self, host: int) -> None:
+        if host in self._procs:
+            self._ask(host, "leave")
+
+    def crash(self, host: int) -> None:
+        proc = self._procs.pop(host, None)
+        if proc is None:
+            return
+        with contextlib.suppress(ControlError):
+            self._crashes.append((self._ask(host, "status")["id"], time.time()))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def advance(self, until: float) -> None:
+        while (left := until - self.now) > 0:
+            time.sleep(min(left, 0.5))
+            self._reap()
+
+    def members(self) -> list[int]:
+        statuses = self._ask_all("status")
+        return sorted(
+            h for h, answer in statuses.items() if answer and answer["status"] == "member"
+        )
+
+    def dumps(self) -> list[dict[str, Any]]:
+        answers = self._ask_all("dump")
+        return [answers[h]["dump"] for h in sorted(answers) if answers[h]]
+
+    def finish(self) -> dict[str, Any]:
+        memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
+        stats = [a["stats"] for a in self._ask_all("stats").values() if a]
+        self.close()
+        return {
+            "emu": {
+                "peers_at_end": len(stats),
+                "peer_private_memory_kb": quantiles(memory),
+                "messages_per_peer_minute": self._message_rate(stats),
+                "wan": self.wan.teardown,
+            },
+            "repair_s": self._repair_times(),
+        }
+
+    def close(self) -> None:
+        """Stop every peer (asked to exit, then signalled) and tear the WAN down. Idempotent."""
+        try:
+            list(self._pool.map(lambda h: self._exit(h), list(self._procs)))
+            for host in list(self._procs):
+                self._stop(host)
+        finally:
+            self._pool.shutdown()
+            self.wan.close()
+
+    def _exit(self, host: int) -> None:
+        with contextlib.suppress(ControlError):
+            request(self._control(host), "exit", timeout_s=2.0)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def _ask(self, host: int, op: str, **fields: Any) -> dict[str, Any]:
+        """A control request; waits for a peer that is still starting."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                return request(self._control(host), op, **fields)
+            except ControlError:
+                proc = self._procs.get(host)
+                if proc is None or proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _ask_all(self, op: str) -> dict[int, dict[str, Any] | None]:
+        hosts = sorted(self._procs)
+
+        def one(host: int) -> dict[str, Any] | None:
+            try:
+                return self._ask(host, op)
+            except ControlError:
+                return None  # it exited meanwhile (left), or died: not a live peer
+
+        return dict(zip(hosts, self._pool.map(one, hosts), strict=True))
+
+    def _reap(self) -> None:
+        for host, proc in list(self._procs.items()):
+            code = proc.poll()
+            if code is not None:
+                del self._procs[host]
+                if code != 0:
+                    raise EmulationError(
+                        f"peer {self._name(host)} exited with status {code}; see {proc.stderr_path}"
+                    )
+
+    def _stop(self, host: int) -> None:
+        proc = self._procs.pop(host, None)
+        if proc is not None:
+            proc.terminate(grace_s=5.0)
+
+    def _message_rate(self, stats: list[dict[str, Any]]) -> float | None:
+        logs = self.run_dir / "peers"
+        for path in sorted(logs.glob("*.jsonl")):  # peers that exited wrote their final stats
+            lines = path.read_text().splitlines()
+            stats.extend(json.loads(line)["stats"] for line in lines if '"kind":"exit"' in line)
+        minutes = sum(s["uptime_s"] for s in stats) / 60
+        return round(sum(s["tx"] for s in stats) / minutes, 2) if minutes > 0 else None
+
+    def _repair_times(self) -> dict[str, Any]:
+        taken: dict[int, float] = {}
+        for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if '"kind":"takeover"' in line:
+                    record = json.loads(line)
+                    for dead in record["dead"]:
+                        taken[dead] = min(taken.get(dead, math.inf), record["wall"])
+        repair = [taken[i] - t for i, t in self._crashes if i in taken]
+        return quantiles(repair) | {
+            "crashes": len(self._crashes),
+            "unrepaired": sum(1 for i, _ in self._crashes if i not in taken),
+        }
+
+
+def private_memory_kb(pid: int) -> int | None:
+    """Private (unshared) memory of a process: what another copy of it would add."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines()[1:] if ":" in line)
+    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)

@@ -1,0 +1,78 @@
+# The CAN overlay on real peer processes in emulated hosts: a short churn
+# experiment through the same runner the simulator uses.
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.emu._clean import netns_of_run
+from testbed.experiment import run_experiment
+from testbed.spec import load_spec
+
+SPEC = {
+    "name": "can-emu-small",
+    "engine": "emu",
+    "seed": 2,
+    "routes_checked": 500,
+    "topology": {"ref": "planetlab", "hosts": 16, "pick": "random", "clamp": True},
+    "node": {
+        "update_interval_s": 1.0,
+        "suspect_after_s": 3.0,
+        "probe_timeout_s": 1.0,
+        "propose_timeout_s": 1.0,
+        "join_timeout_s": 4.0,
+        "retry_max_s": 4.0,
+    },
+    "phases": [
+        {"name": "build", "action": "join", "count": 12, "over_s": 6, "settle_s": 15},
+        {"name": "crash", "action": "crash", "count": 2, "burst": 2, "settle_s": 15},
+        {"name": "leave", "action": "leave", "count": 2, "over_s": 2, "settle_s": 10},
+        {"name": "join", "action": "join", "count": 2, "over_s": 2, "settle_s": 12},
+    ],
+}
+
+
+def test_churn_on_real_processes_leaves_no_violation(tmp_path):
+    spec, data = load_spec(None, [], defaults=SPEC)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    checks = summary["invariants"]["by_check"]
+    assert summary["status"] == "complete"
+    assert summary["invariants"]["violations"] == 0, checks
+    assert [c["members"] for c in checks] == [12, 10, 8, 10]
+    assert summary["repair_s"]["crashes"] == 2 and summary["repair_s"]["unrepaired"] == 0
+    memory = summary["emu"]["peer_private_memory_kb"]
+    assert 0 < memory["max"] < 60_000
+    assert summary["emu"]["wan"]["leftovers"] == {
+        "netns": 0,
+        "links": 0,
+        "rules": 0,
+        "processes": 0,
+    }
+    peer_logs = sorted((run_dir / "peers").glob("h*.jsonl"))
+    assert len(peer_logs) == 14  # 12 + 2 joiners
+    assert not netns_of_run()
+
+
+def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path):
+    spec, data = load_spec(
+        None,
+        [
+            "phases=[{action='join',count=4,over_s=1,settle_s=3},{action='crash',count=1,settle_s=1}]"
+        ],
+        defaults=SPEC,
+    )
+    from testbed.emu._peers import EmuEngine
+
+    class Failing(EmuEngine):
+        def crash(self, host):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_experiment(spec, data, out=tmp_path / "run", make_engine=Failing)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert len(summary["invariants"]["checked_at"]) == 1
+    assert not netns_of_run()

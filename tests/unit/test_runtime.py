@@ -1,0 +1,151 @@
+# Real peer processes (`python -m node`) on loopback: joining, the control
+# API, graceful leave on SIGTERM, bad arguments. Robustness, not exact traces
+# (trio's scheduler is deliberately not deterministic; traces belong to the
+# simulator).
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from node.config import ConfigError, config_from_dict, config_to_dict, load_config
+from node.control import ControlError, request
+from testbed.analysis.can_oracle import check_can
+from testbed.experiment import build_node_config
+from testbed.local import LocalPeer
+from testbed.spec import NodeSpec
+
+FAST = NodeSpec(
+    update_interval_s=0.3,
+    suspect_after_s=1.2,
+    probe_timeout_s=0.4,
+    propose_timeout_s=0.5,
+    join_timeout_s=2.0,
+    retry_max_s=2.0,
+)
+CONFIG = build_node_config(FAST)
+POINTS = [
+    (200.0, 1024.0, 80.0, 1.0, 0.1),
+    (240.0, 2048.0, 160.0, 2.0, 0.5),
+    (320.0, 4096.0, 250.0, 4.0, 0.9),
+    (360.0, 8192.0, 500.0, 8.0, 0.3),
+]
+
+
+def settled(peers, expected, timeout_s=20.0):
+    """Dumps of `peers` once the oracle finds no violation (or the last report)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dumps = [p.ask("dump")["dump"] for p in peers]
+        report = check_can(CONFIG.can.space, dumps, expected_members=expected, routes=200)
+        if report.ok or time.monotonic() > deadline:
+            return report
+        time.sleep(0.3)
+
+
+def records(peer):
+    return [json.loads(line) for line in peer.log.read_text().splitlines()]
+
+
+def test_config_round_trips_and_errors_name_the_field(tmp_path):
+    assert config_from_dict(config_to_dict(CONFIG)) == CONFIG
+    bad = config_to_dict(CONFIG)
+    bad["can"]["update_intervall_s"] = 1
+    with pytest.raises(ConfigError, match="can.update_intervall_s: unknown field"):
+        config_from_dict(bad)
+    bad = config_to_dict(CONFIG)
+    bad["can"]["suspect_after_s"] = -1
+    with pytest.raises(ConfigError, match="suspect_after_s must be a positive number"):
+        config_from_dict(bad)
+    path = tmp_path / "node.json"
+    path.write_text('{"can": {\n  "space": [}')
+    with pytest.raises(ConfigError, match=r"node.json:2:\d+: not JSON"):
+        load_config(path)
+
+
+def test_peers_join_serve_control_and_leave_gracefully_on_sigterm(tmp_path):
+    with (
+        LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=[]) as h1,
+        LocalPeer(tmp_path, "h2", CONFIG, POINTS[1], join=[h1.address], seed=2) as h2,
+        LocalPeer(tmp_path, "h3", CONFIG, POINTS[2], join=[h1.address], seed=3) as h3,
+    ):
+        report = settled([h1, h2, h3], ["h1", "h2", "h3"])
+        assert report.ok, report.to_dict()
+
+        # The control API answers bad requests and stays up.
+        with pytest.raises(ControlError, match="unknown op 'bogus'"):
+            request(h2.control, "bogus")
+        with pytest.raises(ControlError, match=r"an address is \[host, port\]"):
+            request(h2.control, "join", bootstraps=[["x"]])
+        stats = h2.ask("stats")["stats"]
+        assert stats["accepted"] > 0 and stats["rx"] == stats["accepted"]
+        assert stats["rss_kb"] > 0
+
+        # SIGTERM: a graceful leave (a MERGE), then exit 0.
+        h3.process.send_signal(signal.SIGTERM)
+        assert h3.process.wait(15) == 0
+        kinds = [r["kind"] for r in records(h3)]
+        assert kinds[0] == "started" and kinds[-1] == "exit"
+        left = next(r for r in records(h3) if r["kind"] == "left")
+        assert left["graceful"] is True
+        report = settled([h1, h2], ["h1", "h2"])
+        assert report.ok, report.to_dict()
+
+        # A leave through the control API ends the process as well.
+        h2.ask("leave")
+        assert h2.process.wait(15) == 0
+        report = settled([h1], ["h1"])
+        assert report.ok, report.to_dict()
+        assert h1.ask("dump")["dump"]["lo"] == [d.lo for d in CONFIG.can.space.dims]
+
+
+def test_a_crashed_peer_is_taken_over(tmp_path):
+    with (
+        LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=[]) as h1,
+        LocalPeer(tmp_path, "h2", CONFIG, POINTS[1], join=[h1.address], seed=2) as h2,
+        LocalPeer(tmp_path, "h3", CONFIG, POINTS[3], join=[h1.address], seed=3) as h3,
+    ):
+        assert settled([h1, h2, h3], ["h1", "h2", "h3"]).ok
+        dead = h3.ask("status")["id"]
+        h3.process.kill()
+        h3.process.wait()
+        report = settled([h1, h2], ["h1", "h2"])
+        assert report.ok, report.to_dict()
+        takeovers = [r for p in (h1, h2) for r in records(p) if r["kind"] == "takeover"]
+        assert any(dead in r["dead"] for r in takeovers)
+
+
+def run_node(tmp_path, *args):
+    config = tmp_path / "node.json"
+    config.write_text(json.dumps(config_to_dict(CONFIG)))
+    argv = [sys.executable, "-m", "node", "--name", "h1", "--config", str(config), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bind", "127.0.0.1", "--point", "1,2,3,4,0.5"], "--bind: expected HOST:PORT"),
+        (["--bind", "127.0.0.1:7", "--point", "1,2"], "--point: 2 values for a 5-dimensional"),
+        (["--bind", "127.0.0.1:7", "--point", "a,b"], "--point: expected comma-separated"),
+        (["--bind", "127.0.0.1:7", "--point", "1,2,3,4,0.5", "--join", "x"], "--join: expected"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_flag(tmp_path, args, message):
+    result = run_node(tmp_path, *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_an_address_in_use_is_a_clear_error(tmp_path):
+    with LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=[]) as h1:
+        h1.wait_status("member")
+        host, port = h1.address
+        result = run_node(tmp_path, "--bind", f"{host}:{port}", "--point", "1,2,3,4,0.5")
+        assert result.returncode == 1
+        assert f"{host}:{port}: Address already in use" in result.stderr
