@@ -50,6 +50,7 @@ SEND_QUEUE = 4096
 # large; requests are not).
 MAX_CONTROL_REQUEST_BYTES = 64 * 1024
 RECV_BUFFER_BYTES = 4 * 1024 * 1024
+DRAIN_TIMEOUT_S = 2.0  # at exit, how long queued datagrams may take to go out
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; not exported by Python
 
 
@@ -69,6 +70,7 @@ class NodeRuntime:
         self._timer_scope = trio.CancelScope()
         self._status_changed = trio.Event()
         self.done = trio.Event()  # set when the node should exit
+        self.finished = trio.Event()  # set once run() has drained and stopped
 
     def now(self) -> float:
         return trio.current_time() - self._t0
@@ -93,6 +95,8 @@ class NodeRuntime:
                 self._send.send_nowait(datagram)
             except trio.WouldBlock:
                 self.counters["tx_queue_full"] += 1
+            except trio.ClosedResourceError:
+                self.counters["tx_after_close"] += 1
         deadline = peer.get_timer()
         self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
         if not self._status_changed.is_set():
@@ -109,14 +113,21 @@ class NodeRuntime:
         self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Run until done is set; reports the bound address once ready."""
+        sent_all = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receiver)
-            nursery.start_soon(self._sender)
+            nursery.start_soon(self._sender, sent_all)
             nursery.start_soon(self._timer)
             self.flush()
             task_status.started(self.sock.getsockname())
             await self.done.wait()
+            # What the last input produced must still go out: a leaver's MERGE
+            # commit is exactly that. Let the sender drain, briefly.
+            self._send.close()
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await sent_all.wait()
             nursery.cancel_scope.cancel()
+        self.finished.set()
 
     async def _receiver(self) -> None:
         while True:
@@ -129,12 +140,13 @@ class NodeRuntime:
             self.peer.receive_datagram(data, addr[:2], self.now())
             self.flush()
 
-    async def _sender(self) -> None:
+    async def _sender(self, sent_all: trio.Event) -> None:
         async for data, addr in self._outgoing:
             try:
                 await self.sock.sendto(data, addr)
             except OSError as exc:  # unreachable, refused, no buffer space: UDP is lossy anyway
                 self.counters[f"tx_error.{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+        sent_all.set()
 
     async def _timer(self) -> None:
         while True:
@@ -339,7 +351,7 @@ async def main_async(
                         runtime.done.set()  # second signal: no more waiting
 
                 nursery.start_soon(on_signals)
-                await runtime.done.wait()
+                await runtime.finished.wait()  # not done: run() still drains its sends
                 nursery.cancel_scope.cancel()
         stats = runtime.stats()
         runtime.write({"t": round(runtime.now(), 6), "kind": "exit", "stats": stats})

@@ -187,8 +187,13 @@ def run_experiment(
         status = "complete"
     finally:
         # Teardown always happens; an interrupted run still gets a summary of
-        # the checks it made (status tells which).
-        engine.close()
+        # the checks it made (status tells which). A teardown problem while
+        # another error is on its way out must not hide that error.
+        teardown_error: BaseException | None = None
+        try:
+            engine.close()
+        except Exception as exc:  # re-raised below unless another error is pending
+            teardown_error = exc
         actions.close()
         checks_log.close()
         summary = {
@@ -207,7 +212,11 @@ def run_experiment(
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }
+        if teardown_error is not None:
+            summary["teardown_error"] = str(teardown_error)
         write_json(run_dir / "summary.json", summary)
+        if teardown_error is not None and status == "complete":
+            raise teardown_error
     return run_dir
 
 

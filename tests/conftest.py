@@ -1,7 +1,8 @@
 # Test layout: tests/unit needs nothing special; tests/netns builds real
 # namespaces (root) and is marked `netns`. After the whole session we check
-# that no namespace, registry record or process of ours is left on the
-# machine, and remove any we find, so a failing test cannot poison the next run.
+# that no namespace, registry record or process of the runs this session made
+# is left on the machine, and remove any we find, so a failing test cannot
+# poison the next run (runs of other processes are left alone).
 
 from __future__ import annotations
 
@@ -24,13 +25,19 @@ def _netns_guard(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_left_behind() -> object:
-    yield
+    # Only runs made by this session are ours to judge and remove: a user's
+    # live run on the same machine (an experiment in another shell) is not.
     import os
 
     if os.geteuid() != 0:
+        yield
         return
     from testbed.emu._clean import clean, netns_of_run
+    from testbed.emu._registry import list_runs
 
-    left = netns_of_run()
-    report = clean(force=True)
-    assert not left, f"namespaces left behind by the tests (now removed): {left}; report {report}"
+    before = set(netns_of_run())
+    yield
+    ours = {r.run_id for r in list_runs() if r.owner_pid == os.getpid()}
+    ours |= set(netns_of_run()) - before
+    reports = [clean(force=True, run_id=rid) for rid in sorted(ours)]
+    assert not ours, f"runs left behind by the tests (now removed): {sorted(ours)}; {reports}"

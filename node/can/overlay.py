@@ -1021,15 +1021,21 @@ class CanOverlay:
         """(lo, hi, id) of dead zones not already covered by live zones we know (cached).
 
         A tombstone overlapping a live descendant is stale news (it split before
-        it died) and is left out.
+        it died) and is left out. So is one that cannot matter to us: every slab
+        we could absorb lies in our zone stretched along one dimension, so a
+        dead zone outside all of those stretches is skipped (this keeps the
+        cost low in large overlays with many tombstones).
         """
         if self._regions is None:
             live = [k.info for k in self.known.values()]
             if self.lo:
                 live.append(self.info())
             out = []
+            mine = tuple(zip(self.lo, self.hi, strict=True)) if self.lo else None
             for stone, _ in self.tombstones.values():
                 if not stone.lo:
+                    continue
+                if mine is not None and not _within_one_stretch(mine, stone.lo, stone.hi):
                     continue
                 touching = [i for i in live if overlap(stone.lo, stone.hi, i.lo, i.hi)]
                 sids = tuple(e.sid for e in stone.path)
@@ -1161,8 +1167,32 @@ class CanOverlay:
         self._unsettled_ticks = self._unsettled_ticks + 1 if problem else 0
         if self._unsettled_ticks < 2:
             return
-        for point in self._uncovered_points(limit=3):
+        # Points in dead regions next to us first: when nobody absorbs one, our
+        # tombstone is usually stale (a live zone we do not know covers it), and
+        # the owner's answer to the lookup tells us so.
+        points = self._dead_face_points(limit=2) + self._uncovered_points(limit=3)
+        for point in points[:3]:
             self._route_lookup(point, now)
+
+    def _dead_face_points(self, limit: int) -> list[tuple[float, ...]]:
+        """Points just across our faces inside dead regions that border us."""
+        out: list[tuple[float, ...]] = []
+        if not self._tombstone_touches_us():
+            return out
+        for lo, hi, _ in self._dead_boxes():
+            face = abutment(self.lo, self.hi, lo, hi)
+            if face is None:
+                continue
+            d, we_are_below = face
+            point = [
+                self.rng.uniform(max(a0, b0), min(a1, b1))
+                for a0, a1, b0, b1 in zip(self.lo, self.hi, lo, hi, strict=True)
+            ]
+            point[d] = self.hi[d] if we_are_below else math.nextafter(self.lo[d], -math.inf)
+            out.append(tuple(point))
+            if len(out) >= limit:
+                break
+        return out
 
     def _uncovered_points(self, limit: int) -> list[tuple[float, ...]]:
         """Points just across our faces that no known direct neighbour's zone contains."""
@@ -1239,3 +1269,16 @@ class CanOverlay:
             if self.status == Status.MEMBER
             else self.status,
         }
+
+
+def _within_one_stretch(
+    mine: tuple[tuple[float, float], ...], lo: Sequence[float], hi: Sequence[float]
+) -> bool:
+    """True if box [lo, hi) overlaps our zone in all dimensions but at most one."""
+    apart = 0
+    for (a0, a1), b0, b1 in zip(mine, lo, hi, strict=True):
+        if a1 <= b0 or b1 <= a0:
+            apart += 1
+            if apart > 1:
+                return False
+    return True

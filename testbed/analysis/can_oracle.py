@@ -1,7 +1,9 @@
 # Ground-truth checks of a CAN from the state dumps of all its peers.
 #
 # Checks (issue "The peer", item 6):
-#   membership  every peer expected to be a member is one, with a zone
+#   membership  every peer expected to be a member is one, with a zone (a
+#               peer expected but not dumped at all is reported too)
+#   outside     no zone reaches outside the space
 #   point       each zone contains its owner's point
 #   tiling      zones do not overlap and their volumes add up to the space
 #               (a gap is reported with the peers whose faces border it)
@@ -88,6 +90,11 @@ def check_can(
         for d in dumps
         if d["host"] in expected and (d["status"] != "member" or not d["lo"])
     )
+    dumped = {d["host"] for d in dumps}
+    violations.extend(
+        Violation("membership", [host], "no state dump (the peer is not running)")
+        for host in sorted(expected - dumped)
+    )
     report = CanReport(len(members), violations)
     if not members:
         return report
@@ -101,6 +108,14 @@ def check_can(
     hi = np.array([d["hi"] for d in members], dtype=np.float64)
     point = np.array([d["point"] for d in members], dtype=np.float64)
     span = np.array(space.span)
+
+    outside = np.any((lo < np.array(space.lo)) | (hi > np.array(space.hi)), axis=1)
+    violations.extend(
+        Violation(
+            "outside", [names[k]], f"zone {lo[k].tolist()}..{hi[k].tolist()} leaves the space"
+        )
+        for k in np.flatnonzero(outside)
+    )
 
     inside = np.all((lo <= point) & (point < hi), axis=1)
     violations.extend(
@@ -181,7 +196,7 @@ def check_can(
                 )
             )
 
-    if not any(v.kind in ("overlap", "gap") for v in violations):
+    if not any(v.kind in ("overlap", "gap", "outside") for v in violations):
         _check_routing(space, members, by_id, lo, hi, names, routes, seed, report)
     return report
 

@@ -87,6 +87,7 @@ def test_peers_join_serve_control_and_leave_gracefully_on_sigterm(tmp_path):
         assert stats["rss_kb"] > 0
 
         # SIGTERM: a graceful leave (a MERGE), then exit 0.
+        h3_id = h3.ask("status")["id"]
         h3.process.send_signal(signal.SIGTERM)
         assert h3.process.wait(15) == 0
         kinds = [r["kind"] for r in records(h3)]
@@ -95,6 +96,11 @@ def test_peers_join_serve_control_and_leave_gracefully_on_sigterm(tmp_path):
         assert left["graceful"] is True
         report = settled([h1, h2], ["h1", "h2"])
         assert report.ok, report.to_dict()
+        # The others learnt of it from the MERGE commit, not by probing it after
+        # it fell silent (which is what happens when the commit is lost as the
+        # process exits).
+        news = [r for p in (h1, h2) for r in records(p) if r["kind"] == "peer_dead"]
+        assert {r["reason"] for r in news if r["peer"] == h3_id} == {"left"}
 
         # A leave through the control API ends the process as well.
         h2.ask("leave")
