@@ -463,6 +463,20 @@ class CanOverlay:
             self._finish_leave(now, graceful=True)
             return
         if self._leave_attempts > self.config.leave_attempts:
+            # Conflict detection never let us through: leave as if crashed, but
+            # say so, so that the neighbours bury us and repair now instead of
+            # after suspecting and probing us (a MERGE commit is that notice).
+            self.instance += 1
+            notice = Commit(
+                self.instance,
+                COMMIT_MERGE,
+                self.info(),
+                None,
+                tuple(self.known[i].info for i in sorted(self.direct)),
+            )
+            for ident in sorted(self.direct):
+                info = self.known[ident].info
+                self._send((info.host, info.port), notice)
             self._finish_leave(now, graceful=False)
             return
         if not self._request(COMMIT_MERGE, now):
