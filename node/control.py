@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ControlError", "request"]
+__all__ = ["ControlError", "request", "request_when_up"]
 
 
 class ControlError(RuntimeError):
@@ -38,6 +40,20 @@ def request(path: str, op: str, *, timeout_s: float = 10.0, **fields: Any) -> di
     if not answer.get("ok"):
         raise ControlError(f"{path}: {op}: {answer.get('error', 'refused')}")
     return answer
+
+
+def request_when_up(
+    path: str, op: str, *, running: Callable[[], bool], wait_s: float, **fields: Any
+) -> dict[str, Any]:
+    """request(), retried while the peer is `running()` but not listening yet (at most wait_s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return request(path, op, **fields)
+        except ControlError:
+            if not running() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from node.config import config_to_dict
-from node.control import ControlError, request
+from node.control import request_when_up
 from node.peer import NodeConfig
 from testbed.runs import write_json
 
@@ -67,14 +67,8 @@ class LocalPeer:
 
     def ask(self, op: str, *, wait_s: float = 15.0, **fields: Any) -> dict[str, Any]:
         """A control request, waiting up to wait_s for a peer that is still starting."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                return request(self.control, op, **fields)
-            except ControlError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        running = lambda: self.process.poll() is None  # noqa: E731
+        return request_when_up(self.control, op, running=running, wait_s=wait_s, **fields)
 
     def wait_status(self, status: str, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import config_to_dict
-from node.control import ControlError, request
+from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
 from testbed.analysis.stats import quantiles
 from testbed.emu._wan import HostProcess, open_wan
@@ -165,15 +165,11 @@ class EmuEngine:
 
     def _ask(self, host: int, op: str, **fields: Any) -> dict[str, Any]:
         """A control request; waits for a peer that is still starting."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                return request(self._control(host), op, **fields)
-            except ControlError:
-                proc = self._procs.get(host)
-                if proc is None or proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        proc = self._procs.get(host)
+        running = lambda: proc is not None and proc.poll() is None  # noqa: E731
+        return request_when_up(
+            self._control(host), op, running=running, wait_s=START_TIMEOUT_S, **fields
+        )
 
     def _ask_all(self, op: str) -> dict[int, dict[str, Any] | None]:
         hosts = sorted(self._procs)
