@@ -7,6 +7,7 @@ import struct
 import time
 
 import numpy as np
+import pytest
 
 from testbed.emu._netns import entered_netns
 from testbed.emu._probe import IcmpProber
@@ -17,6 +18,36 @@ SO_TIMESTAMPNS = 35
 def bound_ms(rtt_ms: float) -> float:
     """The project's fidelity bound for one RTT."""
     return max(0.5, 0.02 * rtt_ms)
+
+
+# Scheduling noise on a shared machine only ever adds latency and comes in
+# bursts (a vCPU woken from idle: 0.1-10 ms). A fidelity check that misses is
+# measured again after a pause: a burst passes, a wrong delay does not.
+ATTEMPTS = 4
+PAUSE_S = 0.3
+
+
+def settles_near(measure, target, tol, what):
+    """measure() until it is within tol of target; fail after ATTEMPTS tries, showing each."""
+    seen = []
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(PAUSE_S)
+        value = measure()
+        seen.append(round(value, 3))
+        if abs(value - target) <= tol:
+            return value
+    pytest.fail(f"{what}: measured {seen}, never within {tol} of {target} in {ATTEMPTS} attempts")
+
+
+def assert_rtt_near(wan, a, b, target_ms, samples=10):
+    """The median RTT a<->b is the target within the project's bound."""
+    return settles_near(
+        lambda: median_rtt_ms(wan, a, b, samples),
+        target_ms,
+        bound_ms(target_ms),
+        f"RTT {a}<->{b} (ms)",
+    )
 
 
 def rtts_ms(wan, pairs, samples=10, rate=500.0):

@@ -14,7 +14,7 @@ from testbed.bench import partition_effect
 from testbed.emu import open_wan
 from testbed.errors import ControlError, InputError
 
-from ._measure import bound_ms, median_rtt_ms, one_way_ms, rtts_ms
+from ._measure import assert_rtt_near, bound_ms, one_way_ms, rtts_ms, settles_near
 
 # RTT in ms; row = from. (0, 3) is asymmetric: 10 ms one way, 30 ms the other
 # way (one-way delays 5 and 15 ms), so the pair's RTT is 20 ms.
@@ -54,14 +54,13 @@ def test_every_pair_gets_its_matrix_rtt(wan):
     for (a, b), values in measured.items():
         i, j = wan.host(a).index, wan.host(b).index
         assert len(values) == 8, f"{a}-{b}: lost probes"
-        assert abs(np.median(values) - pair_rtt(i, j)) <= bound_ms(pair_rtt(i, j)), (a, b, values)
+        if abs(np.median(values) - pair_rtt(i, j)) > bound_ms(pair_rtt(i, j)):
+            assert_rtt_near(wan, a, b, pair_rtt(i, j))  # a noise burst, or a wrong delay?
 
 
 def test_asymmetric_one_way_delays_are_honoured(wan):
-    forth = statistics.median(one_way_ms(wan, "h1", "h4"))
-    back = statistics.median(one_way_ms(wan, "h4", "h1"))
-    assert forth == pytest.approx(5.0, abs=0.5)
-    assert back == pytest.approx(15.0, abs=0.5)
+    settles_near(lambda: statistics.median(one_way_ms(wan, "h1", "h4")), 5.0, 0.5, "h1->h4 (ms)")
+    settles_near(lambda: statistics.median(one_way_ms(wan, "h4", "h1")), 15.0, 0.5, "h4->h1 (ms)")
 
 
 def test_partition_and_heal_take_effect_within_50_ms(wan):
@@ -105,25 +104,38 @@ def test_loss_on_one_direction(wan):
 
 def test_runtime_rtt_change_scale_and_reload(wan, matrix_file):
     wan.set_rtt("h1", "h2", 100.0)
-    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(100.0, abs=bound_ms(100))
-    assert wan.scale(0.5) == 0
-    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(50.0, abs=bound_ms(50))
-    assert median_rtt_ms(wan, "h3", "h4") == pytest.approx(7.5, abs=bound_ms(7.5))
+    assert_rtt_near(wan, "h1", "h2", 100.0)
+    # h2<->h5 becomes 2.5 ms: below the floor on a slow machine, then clamped
+    floor = wan.calibration.floor_rtt_ms
+    below = sum(1 for row in MATRIX for v in row if 0 < v * 0.5 < floor)
+    if below:
+        with pytest.raises(ControlError, match="below the engine's measured floor"):
+            wan.scale(0.5)
+    assert wan.scale(0.5, clamp=True) == below
+    assert_rtt_near(wan, "h1", "h2", 50.0)
+    assert_rtt_near(wan, "h3", "h4", 7.5)
     assert wan.load_topology(str(matrix_file)) == 0
-    assert median_rtt_ms(wan, "h1", "h2") == pytest.approx(20.0, abs=bound_ms(20))
+    assert_rtt_near(wan, "h1", "h2", 20.0)
     np.testing.assert_allclose(wan.configured_one_way_ms(), np.array(MATRIX, dtype=float) / 2)
 
 
 def test_jitter_spreads_delays_around_the_matrix_value(wan):
     wan.set_jitter("normal", sigma_ms=3.0, src=["h1", "h5"], dst=["h1", "h5"])
-    try:
+    spreads = []
+
+    def centre():
         values = rtts_ms(wan, [("h1", "h5")], samples=300, rate=1000)[("h1", "h5")]
+        assert len(values) == 300
+        q25, q50, q75 = np.percentile(values, [25, 50, 75])
+        spreads.append((q75 - q25) / 1.349)  # sigma of a normal, robust to noise spikes
+        return q50
+
+    try:
+        settles_near(centre, 80.0, 0.8, "median RTT h1<->h5 with jitter (ms)")
     finally:
         wan.set_jitter(None)
-    assert len(values) == 300
     # two independent N(0, 3 ms) draws per round trip
-    assert statistics.pstdev(values) == pytest.approx(3.0 * 2**0.5, rel=0.25)
-    assert statistics.fmean(values) == pytest.approx(80.0, abs=0.8)
+    assert spreads[-1] == pytest.approx(3.0 * 2**0.5, rel=0.25), spreads
 
 
 def test_counters_per_pair(wan):
