@@ -90,6 +90,7 @@ class CommandDone(Event):
     outcome: str  # "split", "merge", "noop"
     instance: int
     neighbourhood: int
+    refused: tuple[str, ...] = ()  # for a noop: each NO's reason ("timeout" for no answer)
 
 
 @dataclass(frozen=True, slots=True)

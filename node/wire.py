@@ -145,6 +145,7 @@ class JoinRequest(msgspec.Struct, tag=2, array_like=True, frozen=True):
     req: int
     joiner: PeerInfo
     hops: int
+    attempt: int = 1  # the joiner's attempts so far: the command's rank (see Propose)
 
 
 class JoinAccept(msgspec.Struct, tag=3, array_like=True, frozen=True):
@@ -165,14 +166,24 @@ class JoinAck(msgspec.Struct, tag=5, array_like=True, frozen=True):
 
 
 class Propose(msgspec.Struct, tag=6, array_like=True, frozen=True):
-    """Conflict detection (seed 002 Alg. 5): may the proposer change its zone now?"""
+    """Conflict detection (seed 002 Alg. 5): may the proposer change its zone now?
+
+    Two SPLITs do not conflict (each divides only its own zone); anything
+    else with a MERGE does. `rank` orders crossing commands (higher first, then the smaller proposer
+    id): a busy neighbour holds its answer to a command that outranks the one
+    it is busy with, and refuses the others (wait-die, so no cycle of waits).
+    It counts the attempts behind the command, so a loser ranks higher next time.
+    """
 
     instance: int
+    rank: int = 0
+    kind: int = 0  # the COMMIT_* kind proposed; 0 (unknown) is treated as a MERGE
 
 
 class ProposeOK(msgspec.Struct, tag=7, array_like=True, frozen=True):
     instance: int
     yes: bool
+    reason: str = ""  # why NO (for the proposer's log)
 
 
 COMMIT_NOOP = 0

@@ -55,6 +55,7 @@ import msgspec
 from node.can.geometry import (
     Space,
     abutment,
+    adjacent,
     choose_split,
     contained,
     contains,
@@ -101,6 +102,14 @@ __all__ = ["CanConfig", "CanOverlay", "Status"]
 
 Address = tuple[str, int]
 ID_BITS = 48
+# Join requests an owner keeps while its neighbourhood is busy.
+MAX_QUEUED_JOINS = 16
+# Attempts behind a command; more is a forged or broken message.
+MAX_RANK = 1 << 16
+# Neighbours listed in a JoinAccept (about 0.3-1 KB each).
+MAX_ACCEPT_NEIGHBOURS = 48
+# Characters of a NO's reason that we send and log.
+MAX_REASON = 40
 
 
 @dataclass(frozen=True)
@@ -181,11 +190,29 @@ class _Command:
     kind: int  # COMMIT_SPLIT or COMMIT_MERGE
     instance: int
     replies: dict[int, bool | None]
+    refused: list[str]
     targets: dict[int, Address]
     deadline: float
     joiner: PeerInfo | None = None
     joiner_addr: Address | None = None
     req: int = 0
+    rank: int = 0
+    request: JoinRequest | None = None  # the join a SPLIT serves
+    serve_by: float = math.inf  # after this the joiner has given up waiting for us
+
+
+@dataclass
+class _QueuedJoin:
+    """A JoinRequest for our zone, kept until the neighbourhood lets us split for it."""
+
+    request: JoinRequest
+    serve_by: float  # start the SPLIT before this, or tell the joiner to retry
+    not_before: float = -math.inf
+
+
+def _conflict(kind: int, other: int) -> bool:
+    """Two commands conflict unless both are SPLITs."""
+    return kind != COMMIT_SPLIT or other != COMMIT_SPLIT
 
 
 def _sid(node_id: int, instance: int) -> int:
@@ -231,7 +258,14 @@ class CanOverlay:
         self.known: dict[int, _Known] = {}
         self.direct: set[int] = set()
         self.tombstones: dict[int, tuple[Tombstone, float]] = {}
-        self.busy: dict[int, tuple[int, float]] = {}
+        # sender -> (instance, until, key, kind) of the command we said YES to
+        self.busy: dict[int, tuple[int, float, tuple[int, int], int]] = {}
+        # sender -> (addr, propose, until): answers held back for an outranking command
+        self._deferred: dict[int, tuple[Address, Propose, float]] = {}
+        self._join_queue: list[_QueuedJoin] = []
+        self._recent_joiners: dict[int, float] = {}  # id -> when we split for it
+        self._rtt: dict[int, float] = {}  # id -> smoothed RTT of our Propose/ProposeOK exchanges
+        self._proposed_at: dict[int, float] = {}  # our recent instances -> when proposed
         self.suspects: dict[int, tuple[int, float]] = {}
         self.command: _Command | None = None
         self._regions: list[tuple[tuple[float, ...], tuple[float, ...], int]] | None = None
@@ -242,6 +276,7 @@ class CanOverlay:
         self.invalid_news = 0
         self._next_update = math.inf
         self._join_req = 0
+        self._attempts: dict[int, int] = {}  # our recent join requests: req -> the id it used
         self._join_deadline = math.inf
         self._join_attempts = 0
         self._retry_at = math.inf
@@ -363,6 +398,8 @@ class CanOverlay:
         self._regions = None
         self.known.pop(info.id, None)
         self.busy.pop(info.id, None)
+        self._deferred.pop(info.id, None)
+        self._rtt.pop(info.id, None)
         self.suspects.pop(info.id, None)
         if (
             self.command is not None
@@ -403,11 +440,14 @@ class CanOverlay:
     def _try_join(self, now: float) -> None:
         self.id = self._new_id()
         self._join_req = self.rng.getrandbits(32)
+        self._attempts[self._join_req] = self.id
+        if len(self._attempts) > 8:
+            del self._attempts[next(iter(self._attempts))]
         self._join_attempts += 1
         self._retry_at = math.inf
         bootstrap = self._bootstraps[self.rng.randrange(len(self._bootstraps))]
         joiner = PeerInfo(self.id, self.address[0], self.address[1], 0, self.point, (), (), ())
-        self._send(bootstrap, JoinRequest(self._join_req, joiner, 0))
+        self._send(bootstrap, JoinRequest(self._join_req, joiner, 0, self._join_attempts))
         self._join_deadline = now + self.config.join_timeout_s
 
     def _retry_join_later(self, now: float, reason: str) -> None:
@@ -479,12 +519,14 @@ class CanOverlay:
                 self._send((info.host, info.port), notice)
             self._finish_leave(now, graceful=False)
             return
-        if not self._request(COMMIT_MERGE, now):
+        if not self._request(COMMIT_MERGE, now, rank=self._leave_attempts):
             self._leave_retry_at = now + self._backoff(self._leave_attempts)
 
     def _finish_leave(self, now: float, *, graceful: bool) -> None:
         self.status = Status.LEFT
         self._next_update = math.inf
+        self._deferred.clear()
+        self._serve_waiting(now)  # queued joiners: retry elsewhere
         self._emit(Left(now, self.id, graceful, self._leave_attempts))
 
     def crash_reset(self) -> None:
@@ -502,11 +544,21 @@ class CanOverlay:
             deadlines.append(self.command.deadline)
         deadlines.extend(d for _, d in self.suspects.values())
         deadlines.extend(at for _, _, at, _ in self._pending_accept.values())
+        deadlines.extend(until for _, _, until in self._deferred.values())
+        for queued in self._join_queue:
+            deadlines.append(queued.serve_by)
+            if queued.not_before > -math.inf:
+                deadlines.append(queued.not_before)
         earliest = min(deadlines)
         return None if earliest == math.inf else earliest
 
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at `now`. Early or repeated calls do nothing wrong."""
+        self._handle_timer(now)
+        if self.status in (Status.MEMBER, Status.LEAVING):
+            self._serve_waiting(now)
+
+    def _handle_timer(self, now: float) -> None:
         if self.status == Status.JOINING:
             if now >= self._retry_at:
                 self._try_join(now)
@@ -519,6 +571,7 @@ class CanOverlay:
             for ident, reply in self.command.replies.items():
                 if reply is None:
                     self.command.replies[ident] = False  # Alg. 7: a timeout counts as NO
+                    self.command.refused.append("timeout")
             self._maybe_commit(now)
         if self.status == Status.LEAVING and now >= self._leave_retry_at:
             self._try_leave(now)
@@ -527,7 +580,7 @@ class CanOverlay:
         for req, (addr, accept, at, tries) in list(self._pending_accept.items()):
             if now >= at:
                 if tries >= 4:
-                    del self._pending_accept[req]
+                    self._reclaim(req, now, "never took our accept")
                 else:
                     self._send(addr, accept)
                     self._pending_accept[req] = (
@@ -558,7 +611,10 @@ class CanOverlay:
                 self.suspects[ident] = (nonce, now + config.probe_timeout_s)
                 self._send((known.info.host, known.info.port), Probe(nonce))
         # Expiry of soft state.
-        for ident in [i for i, (_, until) in self.busy.items() if now >= until]:
+        horizon = now - 2 * config.update_interval_s
+        for ident in [i for i, at in self._recent_joiners.items() if at < horizon]:
+            del self._recent_joiners[ident]
+        for ident in [i for i, (_, until, _, _) in self.busy.items() if now >= until]:
             del self.busy[ident]
         expired = [i for i, (_, until) in self.tombstones.items() if now >= until]
         for ident in expired:
@@ -570,6 +626,7 @@ class CanOverlay:
         ]
         for ident in stale:
             del self.known[ident]
+            self._rtt.pop(ident, None)
         if expired or stale:
             self._regions = None
             for ident in (*expired, *stale):
@@ -598,9 +655,10 @@ class CanOverlay:
             info = self.known[ident].info
             self._send((info.host, info.port), update)
 
-    def _summary(self, info: PeerInfo) -> PeerInfo:
+    def _summary(self, info: PeerInfo, base: tuple[PathEntry, ...] | None = None) -> PeerInfo:
+        """`info` with its path sent as what follows its common prefix with `base` (ours)."""
         shared = 0
-        for mine, theirs in zip(self.path, info.path):  # noqa: B905 - paths differ in length
+        for mine, theirs in zip(self.path if base is None else base, info.path):  # noqa: B905
             if mine != theirs:
                 break
             shared += 1
@@ -624,6 +682,14 @@ class CanOverlay:
     ) -> str | None:
         """Process one decoded message. Returns None, or why its content was invalid
         (the caller counts an "invalid" drop). Never raises on peer data."""
+        problem = self._handle_message(sender, addr, message, now)
+        if self.status in (Status.MEMBER, Status.LEAVING):
+            self._serve_waiting(now)
+        return problem
+
+    def _handle_message(
+        self, sender: int, addr: Address, message: Message, now: float
+    ) -> str | None:
         problem = self._validate(message)
         if problem is not None:
             return problem
@@ -642,6 +708,11 @@ class CanOverlay:
         if isinstance(message, JoinRetry):
             if self.status == Status.JOINING and message.req == self._join_req:
                 self._retry_join_later(now, message.reason)
+            elif message.req in self._pending_accept and self.status in (
+                Status.MEMBER,
+                Status.LEAVING,
+            ):
+                self._reclaim(message.req, now, "declined our accept")
             return None
         if isinstance(message, Evicted):
             self._on_evicted(sender, now)
@@ -680,7 +751,14 @@ class CanOverlay:
         if isinstance(message, Update):
             infos = [message.me]
         elif isinstance(message, JoinRequest):
+            if not 0 <= message.attempt <= MAX_RANK:
+                return "join attempt out of range"
             infos = [message.joiner]
+        elif isinstance(message, Propose):
+            if not 0 <= message.rank <= MAX_RANK:
+                return "propose rank out of range"
+            if message.kind not in (0, COMMIT_SPLIT, COMMIT_MERGE):
+                return "propose kind unknown"
         elif isinstance(message, JoinAccept):
             infos = [message.you]
         elif isinstance(message, Commit):
@@ -808,7 +886,16 @@ class CanOverlay:
 
     # -- join ------------------------------------------------------------------------------------------
 
-    def _on_join_request(self, request: JoinRequest, now: float) -> None:
+    def _on_join_request(
+        self, request: JoinRequest, now: float, serve_by: float | None = None
+    ) -> None:
+        """Route a join towards its point; in our zone, split for it.
+
+        When the neighbourhood is busy, the request waits here (up to half the
+        joiner's timeout; `serve_by`) instead of sending the joiner into
+        back-off: it is served as soon as the neighbourhood settles, and after
+        a conflict it is tried again here with a higher rank.
+        """
         joiner = request.joiner
         reply_to = (joiner.host, joiner.port)
         if not self.space.contains_point(joiner.point):
@@ -816,47 +903,148 @@ class CanOverlay:
             return
         hop = next_hop(self.space, self.lo, self.hi, self._neighbor_boxes(), joiner.point)
         if hop == -1:
+            if serve_by is None:
+                serve_by = now + self.config.join_timeout_s / 2
             if self.status == Status.LEAVING:
                 self._send(reply_to, JoinRetry(request.req, "owner leaving"))
-            elif (
+            elif joiner.id == self.id or (
                 choose_split(self.space, self.lo, self.hi, self.path, self.point, joiner.point)
                 is None
             ):
-                self._send(reply_to, JoinRetry(request.req, "same point as the owner"))
-            elif not self._request(
-                COMMIT_SPLIT, now, joiner=joiner, joiner_addr=reply_to, req=request.req
+                self._send(reply_to, JoinRetry(request.req, "same id or point as the owner"))
+            elif any(q.request.req == request.req for q in self._join_queue) or (
+                self.command is not None and self.command.req == request.req
             ):
-                self._send(reply_to, JoinRetry(request.req, "neighbourhood busy"))
+                pass  # a copy of one we hold already
+            elif self._neighbourhood_unsettled(now, COMMIT_SPLIT) is not None:
+                self._queue_join(request, serve_by, now)
+            else:
+                self._request(
+                    COMMIT_SPLIT,
+                    now,
+                    joiner=joiner,
+                    joiner_addr=reply_to,
+                    req=request.req,
+                    rank=request.attempt,
+                    request=request,
+                    serve_by=serve_by,
+                )
             return
         if hop is None or request.hops >= self.config.max_hops:
             self._send(reply_to, JoinRetry(request.req, "no route"))
             return
         target = self.known[hop].info
-        self._send((target.host, target.port), JoinRequest(request.req, joiner, request.hops + 1))
+        self._send(
+            (target.host, target.port),
+            JoinRequest(request.req, joiner, request.hops + 1, request.attempt),
+        )
+
+    def _queue_join(
+        self, request: JoinRequest, serve_by: float, now: float, not_before: float = -math.inf
+    ) -> None:
+        if now >= serve_by or len(self._join_queue) >= MAX_QUEUED_JOINS:
+            self._send(
+                (request.joiner.host, request.joiner.port),
+                JoinRetry(request.req, "neighbourhood busy"),
+            )
+            return
+        self._join_queue.append(_QueuedJoin(request, serve_by, not_before))
+
+    def _serve_waiting(self, now: float) -> None:
+        """Answer held-back proposals and start queued joins that the neighbourhood now allows."""
+        if self._deferred:
+            ranked = sorted(self._deferred.items(), key=lambda kv: (-kv[1][1].rank, kv[0]))
+            for sender, (addr, propose, until) in ranked:
+                if now >= until:
+                    del self._deferred[sender]  # the proposer has counted it a NO by now
+                    continue
+                reason = self._unsettled_for(sender, propose, now)
+                if reason is None:
+                    del self._deferred[sender]
+                    self._grant(sender, addr, propose, now)
+                elif not self._may_wait(sender, propose, reason):
+                    del self._deferred[sender]
+                    self._send(addr, ProposeOK(propose.instance, False, reason[:MAX_REASON]))
+        if not self._join_queue:
+            return
+        waiting, self._join_queue = self._join_queue, []
+        if self.status != Status.MEMBER:
+            for queued in waiting:
+                joiner = queued.request.joiner
+                self._send(
+                    (joiner.host, joiner.port), JoinRetry(queued.request.req, "owner leaving")
+                )
+            return
+        waiting.sort(key=lambda q: (-q.request.attempt, q.serve_by))
+        for queued in waiting:
+            if now >= queued.serve_by:
+                self._queue_join(queued.request, queued.serve_by, now)  # says retry
+            elif queued.not_before > now:
+                self._join_queue.append(queued)
+            elif self._neighbourhood_unsettled(now, COMMIT_SPLIT) is None:
+                self._on_join_request(queued.request, now, queued.serve_by)
+            else:
+                queued.not_before = -math.inf
+                self._join_queue.append(queued)
+
+    def _reclaim(self, req: int, now: float, reason: str) -> None:
+        """The joiner we split for will never own its half: bury it, and our
+        repair takes the half back (we are its sibling)."""
+        _, accept, _, _ = self._pending_accept.pop(req)
+        known = self.known.get(accept.you.id)
+        self._bury(known.info if known is not None else accept.you, now, reason)
+        self._recompute_direct(now)
+        self._repair(now)
 
     def _neighbor_boxes(self) -> list[tuple[int, tuple[float, ...], tuple[float, ...]]]:
         return [(i, self.known[i].info.lo, self.known[i].info.hi) for i in sorted(self.direct)]
 
     def _on_join_accept(self, addr: Address, accept: JoinAccept, now: float) -> None:
+        """Take a zone split for us, also one answering an earlier attempt that
+        we had given up on (its owner split for it all the same). Decline any
+        we cannot take, so that the owner takes the half back at once instead
+        of after failure detection (see _reclaim)."""
         you = accept.you
-        if self.status != Status.JOINING or accept.req != self._join_req or you.id != self.id:
-            if self.status == Status.MEMBER and accept.req == self._join_req:
+        if self.status in (Status.MEMBER, Status.LEAVING) and accept.req == self._join_req:
+            if you.id == self.id:
                 self._send(addr, JoinAck(accept.req))  # our ack was lost; the splitter resends
             return
-        if not you.lo or not contains(you.lo, you.hi, self.point):
-            self._retry_join_later(now, "bad accept")
+        if (
+            self.status != Status.JOINING
+            or self._attempts.get(accept.req) != you.id
+            or not you.lo
+            or not contains(you.lo, you.hi, self.point)
+        ):
+            self._send(addr, JoinRetry(accept.req, "declined"))
             return
+        self.id, self._join_req = you.id, accept.req
         self._send(addr, JoinAck(accept.req))
-        self._become_member(you.lo, you.hi, you.path, you.instance, accept.neighbors, now)
+        neighbors = [self._expand(summary, you.path) for summary in accept.neighbors]
+        self._become_member(
+            you.lo, you.hi, you.path, you.instance, [n for n in neighbors if n is not None], now
+        )
 
     # -- conflict detection (seed 002 §6.2, Algorithms 4-9) ----------------------------------------------
 
-    def _neighbourhood_unsettled(self, now: float) -> str | None:
-        """Why a voluntary change must not start now (Alg. 4 line 1), or None."""
-        if self.command is not None:
+    def _neighbourhood_unsettled(
+        self, now: float, kind: int = COMMIT_MERGE, *, voting: bool = False
+    ) -> str | None:
+        """Why a change of `kind` must not start now (Alg. 4 line 1), or None.
+
+        With `voting`, the change is a neighbour's, which our own pending
+        command blocks only if the two conflict. SPLITs do not conflict with
+        each other: each divides only its own zone, and the neighbour tables
+        catch up through the commits and updates (docs/can.md).
+        """
+        if self.command is not None and (not voting or _conflict(kind, self.command.kind)):
             return "own command pending"
-        if self.busy:
+        if any(_conflict(kind, held[3]) for held in self.busy.values()):
             return "neighbour busy"
+        if not voting:
+            if any(_conflict(kind, p.kind) for _, p, _ in self._deferred.values()):
+                return "neighbour waiting"  # an older proposal waits for us to be free
+            if self._pending_accept:
+                return "joiner not in yet"  # it could not answer our Propose
         if self.suspects:
             return "neighbour suspected"
         if self._dead_regions_nearby():
@@ -871,9 +1059,12 @@ class CanOverlay:
         joiner: PeerInfo | None = None,
         joiner_addr: Address | None = None,
         req: int = 0,
+        rank: int = 0,
+        request: JoinRequest | None = None,
+        serve_by: float = math.inf,
     ) -> bool:
         """Alg. 4: start a SPLIT or MERGE if the neighbourhood is quiet. Returns False if rejected."""
-        if self._neighbourhood_unsettled(now) is not None:
+        if self._neighbourhood_unsettled(now, kind) is not None:
             return False
         self.instance += 1
         scope = self.direct if self.config.propose_scope == "direct" else self.known
@@ -885,34 +1076,97 @@ class CanOverlay:
             kind,
             self.instance,
             dict.fromkeys(targets),
+            [],
             targets,
-            now + self.config.propose_timeout_s,
+            now + self._propose_timeout(targets),
             joiner,
             joiner_addr,
             req,
+            rank,
+            request,
+            serve_by,
         )
         if not targets:
             self._commit(kind, now)
             return True
+        self._proposed_at[self.instance] = now
+        if len(self._proposed_at) > 8:
+            del self._proposed_at[min(self._proposed_at)]
         for addr in targets.values():
-            self._send(addr, Propose(self.instance))
+            self._send(addr, Propose(self.instance, rank, kind))
         return True
 
+    def _propose_timeout(self, targets: Iterable[int]) -> float:
+        """propose_timeout_s, or longer for neighbours that answered slowly before.
+
+        Some WAN paths (PlanetLab's slowest) take over a second each way; with a
+        fixed timeout every command that involves them would end as a NO-OP.
+        """
+        slowest = max((self._rtt.get(t, 0.0) for t in targets), default=0.0)
+        base = self.config.propose_timeout_s
+        return min(max(base, 1.5 * slowest + base / 2), 10 * base)
+
     def _on_propose(self, sender: int, addr: Address, propose: Propose, now: float) -> None:
-        """Alg. 5."""
+        """Alg. 5, with wait-die between crossing commands (see Propose)."""
         old = self.busy.get(sender)
         if old is not None and old[0] < propose.instance:
             del self.busy[sender]  # its earlier command is over: it has moved on
-        yes = self._neighbourhood_unsettled(now) is None
-        self.busy[sender] = (propose.instance, now + self.config.busy_timeout_s)
-        self._send(addr, ProposeOK(propose.instance, yes))
+        self._deferred.pop(sender, None)  # it gave up on that one
+        reason = self._unsettled_for(sender, propose, now)
+        if reason is None:
+            self._grant(sender, addr, propose, now)
+        elif self._may_wait(sender, propose, reason):
+            # The proposer may wait longer than propose_timeout_s (slow paths);
+            # if it has given up, its NO-OP commit withdraws this.
+            self._deferred[sender] = (addr, propose, now + 2 * self.config.propose_timeout_s)
+        else:
+            self._send(addr, ProposeOK(propose.instance, False, reason[:MAX_REASON]))
+
+    def _grant(self, sender: int, addr: Address, propose: Propose, now: float) -> None:
+        """Say YES, and hold still until the proposer's commit (or busy_timeout_s)."""
+        key = (-propose.rank, sender)
+        self.busy[sender] = (propose.instance, now + self.config.busy_timeout_s, key, propose.kind)
+        self._send(addr, ProposeOK(propose.instance, True))
+
+    def _unsettled_for(self, sender: int, propose: Propose, now: float) -> str | None:
+        """Why we cannot say YES to this proposal now, or None."""
+        reason = self._neighbourhood_unsettled(now, propose.kind, voting=True)
+        if reason is not None:
+            return reason
+        key = (-propose.rank, sender)
+        for other, (_, waiting, _) in self._deferred.items():
+            if (
+                other != sender
+                and _conflict(propose.kind, waiting.kind)
+                and (-waiting.rank, other) < key
+            ):
+                return "outranked by a waiting proposal"
+        return None
+
+    def _may_wait(self, sender: int, propose: Propose, reason: str) -> bool:
+        """Whether a proposal we cannot grant now outranks every command that holds us
+        (wait-die: waits only ever go from higher to lower rank, so they form no cycle)."""
+        if reason not in ("own command pending", "neighbour busy"):
+            return False
+        key = (-propose.rank, sender)
+        holders = [held for _, _, held, kind in self.busy.values() if _conflict(propose.kind, kind)]
+        if self.command is not None and _conflict(propose.kind, self.command.kind):
+            holders.append((-self.command.rank, self.id))
+        return all(key < held for held in holders)
 
     def _on_propose_ok(self, sender: int, reply: ProposeOK, now: float) -> None:
         """Alg. 6."""
+        sent = self._proposed_at.get(reply.instance)
+        if sent is not None and sender in self.known:
+            sample = now - sent  # late answers count too: they tell us to wait longer
+            old = self._rtt.get(sender)
+            self._rtt[sender] = sample if old is None else 0.75 * old + 0.25 * max(sample, old / 2)
         command = self.command
         if command is None or reply.instance != command.instance or sender not in command.replies:
             return
         command.replies[sender] = reply.yes
+        if not reply.yes:
+            command.refused.append(reply.reason[:MAX_REASON] or "no reason")
         self._maybe_commit(now)
 
     def _maybe_commit(self, now: float) -> None:
@@ -946,11 +1200,15 @@ class CanOverlay:
                 {COMMIT_SPLIT: "split", COMMIT_MERGE: "merge", COMMIT_NOOP: "noop"}[kind],
                 command.instance,
                 len(targets),
+                tuple(sorted(command.refused)) if kind == COMMIT_NOOP else (),
             )
         )
         if kind == COMMIT_NOOP:
-            if command.kind == COMMIT_SPLIT and command.joiner_addr is not None:
-                self._send(command.joiner_addr, JoinRetry(command.req, "conflict"))
+            if command.kind == COMMIT_SPLIT and command.request is not None:
+                # Lost to a crossing command: try again here, ranked higher.
+                request = msgspec.structs.replace(command.request, attempt=command.rank + 1)
+                pause = self.rng.uniform(0, self.config.retry_min_s)
+                self._queue_join(request, command.serve_by, now, now + pause)
             elif command.kind == COMMIT_MERGE and self.status == Status.LEAVING:
                 self._leave_retry_at = now + self._backoff(self._leave_attempts)
         elif kind == COMMIT_MERGE:
@@ -987,10 +1245,17 @@ class CanOverlay:
         )
         self._set_zone(lo, hi, (*self.path, PathEntry(sid, dim, pos, mine_upper)), "split", now)
         self.known[joiner.id] = _Known(new_joiner, now, now)
+        self._recent_joiners[joiner.id] = now
         self._recompute_direct(now)
-        neighbors = (
-            self.info(),
-            *(k.info for i, k in sorted(self.known.items()) if i != joiner.id),
+        # What we know, as summaries against the joiner's path, those next to
+        # its zone first: a large neighbourhood would not fit in one datagram.
+        others = sorted(
+            (k.info for i, k in self.known.items() if i != joiner.id),
+            key=lambda info: (not adjacent(info.lo, info.hi, jlo, jhi), info.id),
+        )
+        neighbors = tuple(
+            self._summary(info, joiner_path)
+            for info in [self.info(), *others][:MAX_ACCEPT_NEIGHBOURS]
         )
         accept = JoinAccept(command.req, new_joiner, neighbors)
         self._send(command.joiner_addr, accept)
@@ -1007,10 +1272,14 @@ class CanOverlay:
         busy = self.busy.get(sender)
         if busy is not None and busy[0] <= commit.instance:
             del self.busy[sender]
+        held = self._deferred.get(sender)
+        if held is not None and held[1].instance <= commit.instance:
+            del self._deferred[sender]  # that command is over (it gave up waiting for us)
         if commit.kind == COMMIT_SPLIT and commit.leader is not None and commit.joiner is not None:
             self._learn(commit.leader, now, direct=True)
             self._learn(commit.joiner, now)
             self._recompute_direct(now)
+            self._introduce(commit.leader, commit.joiner, now)
         elif commit.kind == COMMIT_MERGE and commit.leader is not None:
             for info in commit.neighbors:
                 if info.id != self.id:
@@ -1018,6 +1287,26 @@ class CanOverlay:
             self._bury(commit.leader, now, "left")
             self._recompute_direct(now)
             self._repair(now)
+
+    def _introduce(self, leader: PeerInfo, joiner: PeerInfo, now: float) -> None:
+        """Introduce our recent joiners to a neighbour's new joiner that borders them.
+
+        SPLITs run concurrently, so a joiner we split for may have got its
+        neighbour list before this other split happened; its owner did not know
+        ours. Until updates and lookups close the gap, the two zones would be
+        linked only through their owners, and two adjacent crashes could cut
+        them apart for good. A Lookup for the joiner's point, with our joiner as
+        origin, makes each learn the other (see _on_lookup).
+        """
+        horizon = now - 2 * self.config.update_interval_s
+        for ident, at in list(self._recent_joiners.items()):
+            if at < horizon or ident not in self.known:
+                del self._recent_joiners[ident]
+                continue
+            ours = self.known[ident].info
+            if ident != joiner.id and adjacent(ours.lo, ours.hi, joiner.lo, joiner.hi):
+                lookup = Lookup(self.rng.getrandbits(32), joiner.point, ours, 0)
+                self._send((leader.host, leader.port), lookup)
 
     # -- repair: absorbing dead zones ------------------------------------------------------------------
     #

@@ -72,7 +72,7 @@ def test_same_seed_same_event_log_byte_for_byte(tmp_path):
     c = run_small(tmp_path, "c", [*short, "seed=4"])
     log_a = (a / "events.jsonl").read_bytes()
     assert log_a == (b / "events.jsonl").read_bytes()
-    assert len(log_a) > 10_000
+    assert log_a.count(b"\n") > 60  # 20 joins and 3 crashes: joined, zone, command, takeover...
     assert log_a != (c / "events.jsonl").read_bytes()
 
 
@@ -210,15 +210,13 @@ def test_both_proposal_scopes_build_a_consistent_overlay(tmp_path, scope):
     assert summary["invariants"]["violations"] == 0, summary["invariants"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/can.md): crossing proposals in crowded neighbourhoods end as NO-OPs "
-    "and the back-off idles them, so 100 joins in 40 s are not all members 60 s later",
-)
 def test_a_crowded_build_completes_within_a_minute(tmp_path):
     short = [
         "topology.hosts=120",
         "phases=[{action='join',count=100,over_s=40,settle_s=60}]",
     ]
+    # Capabilities take few values, so joiners crowd into the same zones: SPLITs
+    # must run side by side and crossing MERGE/SPLITs must not starve each other.
     summary = json.loads((run_small(tmp_path, "crowded", short) / "summary.json").read_text())
     assert summary["invariants"]["by_check"][0]["members"] == 100
+    assert summary["invariants"]["violations"] == 0
