@@ -56,6 +56,7 @@ from node.can.geometry import (
     Space,
     abutment,
     adjacent,
+    box_minus,
     choose_split,
     contained,
     contains,
@@ -1365,11 +1366,33 @@ class CanOverlay:
         )
 
     def _dead_regions_nearby(self) -> bool:
+        return bool(self._dead_pieces_next_to_us(limit=1))
+
+    def _dead_pieces_next_to_us(self, limit: int) -> list[tuple[tuple[float, ...], ...]]:
+        """Parts of dead zones that no live zone we know covers and that share a face
+        with ours. A dead zone that touches us but whose uncovered rest lies
+        elsewhere (split before it died, its halves owned by nodes we need not
+        know) is no reason to hold still, and we could not learn better by
+        looking across our own faces."""
         if not self._tombstone_touches_us():
-            return False
-        return any(
-            abutment(self.lo, self.hi, lo, hi) is not None for lo, hi, _ in self._dead_boxes()
-        )
+            return []
+        out: list[tuple[tuple[float, ...], ...]] = []
+        live = [(k.info.lo, k.info.hi) for k in self.known.values()]
+        for lo, hi, _ in self._dead_boxes():
+            if abutment(self.lo, self.hi, lo, hi) is None:
+                continue
+            pieces = [(tuple(lo), tuple(hi))]
+            for cut_lo, cut_hi in live:
+                if overlap(lo, hi, cut_lo, cut_hi):
+                    pieces = [p for r in pieces for p in box_minus(r[0], r[1], cut_lo, cut_hi)]
+                if len(pieces) > 1000:
+                    break  # too fragmented to tell: count all of it
+            for piece in pieces:
+                if abutment(self.lo, self.hi, piece[0], piece[1]) is not None:
+                    out.append(piece)
+                    if len(out) >= limit:
+                        return out
+        return out
 
     def _repair(self, now: float) -> None:
         """Absorb every dead slab we are responsible for (see the comment above)."""
@@ -1480,9 +1503,7 @@ class CanOverlay:
     def _dead_face_points(self, limit: int) -> list[tuple[float, ...]]:
         """Points just across our faces inside dead regions that border us."""
         out: list[tuple[float, ...]] = []
-        if not self._tombstone_touches_us():
-            return out
-        for lo, hi, _ in self._dead_boxes():
+        for lo, hi in self._dead_pieces_next_to_us(limit):
             face = abutment(self.lo, self.hi, lo, hi)
             if face is None:
                 continue
