@@ -191,8 +191,11 @@ class ChurnMachine(RuleBasedStateMachine):
         assert report.ok, report.to_dict()
 
 
+# Derandomized: the same 120 examples every run, so that CI is not a lottery. Larger random
+# searches (e.g. 300 examples, several times) are for hunting, see the note in docs/can.md.
 ChurnMachine.TestCase.settings = settings(
-    max_examples=40,
+    derandomize=True,
+    max_examples=120,
     stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
