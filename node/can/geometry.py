@@ -236,18 +236,27 @@ def box_minus(
     return pieces
 
 
-def covered_by(
+def uncovered(
     lo: Sequence[float], hi: Sequence[float], boxes: Sequence[Box], limit: int = 10_000
-) -> bool:
-    """True if the union of `boxes` covers box (lo, hi) entirely (exact, by subtraction)."""
+) -> list[Box] | None:
+    """The part of box (lo, hi) outside every one of `boxes`, as disjoint boxes
+    (exact, by subtraction); None if it breaks into more than `limit` pieces."""
     remaining: list[Box] = [(tuple(lo), tuple(hi))]
     for cut_lo, cut_hi in boxes:
         remaining = [piece for r in remaining for piece in box_minus(r[0], r[1], cut_lo, cut_hi)]
         if not remaining:
-            return True
+            return []
         if len(remaining) > limit:
-            return False  # give up: treat as not covered (the caller waits)
-    return not remaining
+            return None
+    return remaining
+
+
+def covered_by(
+    lo: Sequence[float], hi: Sequence[float], boxes: Sequence[Box], limit: int = 10_000
+) -> bool:
+    """True if the union of `boxes` covers box (lo, hi) entirely; False also when
+    the rest is too fragmented to tell (the caller waits)."""
+    return uncovered(lo, hi, boxes, limit) == []
 
 
 def contained(

@@ -56,13 +56,13 @@ from node.can.geometry import (
     Space,
     abutment,
     adjacent,
-    box_minus,
     choose_split,
     contained,
     contains,
     covered_by,
     next_hop,
     overlap,
+    uncovered,
 )
 from node.events import (
     CommandDone,
@@ -194,9 +194,6 @@ class _Command:
     refused: list[str]
     targets: dict[int, Address]
     deadline: float
-    joiner: PeerInfo | None = None
-    joiner_addr: Address | None = None
-    req: int = 0
     rank: int = 0
     request: JoinRequest | None = None  # the join a SPLIT serves
     serve_by: float = math.inf  # after this the joiner has given up waiting for us
@@ -914,7 +911,9 @@ class CanOverlay:
             ):
                 self._send(reply_to, JoinRetry(request.req, "same id or point as the owner"))
             elif any(q.request.req == request.req for q in self._join_queue) or (
-                self.command is not None and self.command.req == request.req
+                self.command is not None
+                and self.command.request is not None
+                and self.command.request.req == request.req
             ):
                 pass  # a copy of one we hold already
             elif self._neighbourhood_unsettled(now, COMMIT_SPLIT) is not None:
@@ -923,9 +922,6 @@ class CanOverlay:
                 self._request(
                     COMMIT_SPLIT,
                     now,
-                    joiner=joiner,
-                    joiner_addr=reply_to,
-                    req=request.req,
                     rank=request.attempt,
                     request=request,
                     serve_by=serve_by,
@@ -1057,9 +1053,6 @@ class CanOverlay:
         kind: int,
         now: float,
         *,
-        joiner: PeerInfo | None = None,
-        joiner_addr: Address | None = None,
-        req: int = 0,
         rank: int = 0,
         request: JoinRequest | None = None,
         serve_by: float = math.inf,
@@ -1080,9 +1073,6 @@ class CanOverlay:
             [],
             targets,
             now + self._propose_timeout(targets),
-            joiner,
-            joiner_addr,
-            req,
             rank,
             request,
             serve_by,
@@ -1216,13 +1206,13 @@ class CanOverlay:
             self._finish_leave(now, graceful=True)
 
     def _execute_split(self, command: _Command, now: float) -> Commit:
-        joiner = command.joiner
-        assert joiner is not None
-        assert command.joiner_addr is not None
+        assert command.request is not None
+        joiner, req = command.request.joiner, command.request.req
+        joiner_addr = (joiner.host, joiner.port)
         choice = choose_split(self.space, self.lo, self.hi, self.path, self.point, joiner.point)
         if choice is None or not contains(self.lo, self.hi, joiner.point):
             # Our zone changed while we negotiated (a takeover); the joiner retries.
-            self._send(command.joiner_addr, JoinRetry(command.req, "zone changed"))
+            self._send(joiner_addr, JoinRetry(req, "zone changed"))
             return Commit(command.instance, COMMIT_NOOP, None, None, ())
         dim, pos = choice
         sid = _sid(self.id, self.instance)
@@ -1258,10 +1248,10 @@ class CanOverlay:
             self._summary(info, joiner_path)
             for info in [self.info(), *others][:MAX_ACCEPT_NEIGHBOURS]
         )
-        accept = JoinAccept(command.req, new_joiner, neighbors)
-        self._send(command.joiner_addr, accept)
-        self._pending_accept[command.req] = (
-            command.joiner_addr,
+        accept = JoinAccept(req, new_joiner, neighbors)
+        self._send(joiner_addr, accept)
+        self._pending_accept[req] = (
+            joiner_addr,
             accept,
             now + self.config.update_interval_s / 2,
             1,
@@ -1381,12 +1371,10 @@ class CanOverlay:
         for lo, hi, _ in self._dead_boxes():
             if abutment(self.lo, self.hi, lo, hi) is None:
                 continue
-            pieces = [(tuple(lo), tuple(hi))]
-            for cut_lo, cut_hi in live:
-                if overlap(lo, hi, cut_lo, cut_hi):
-                    pieces = [p for r in pieces for p in box_minus(r[0], r[1], cut_lo, cut_hi)]
-                if len(pieces) > 1000:
-                    break  # too fragmented to tell: count all of it
+            cuts = [(a, b) for a, b in live if overlap(lo, hi, a, b)]
+            pieces = uncovered(lo, hi, cuts, limit=1000)
+            if pieces is None:
+                pieces = [(tuple(lo), tuple(hi))]  # too fragmented to tell: count all of it
             for piece in pieces:
                 if abutment(self.lo, self.hi, piece[0], piece[1]) is not None:
                     out.append(piece)
