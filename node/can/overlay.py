@@ -111,6 +111,8 @@ MAX_RANK = 1 << 16
 MAX_ACCEPT_NEIGHBOURS = 48
 # Characters of a NO's reason that we send and log.
 MAX_REASON = 40
+# Lookups into a dead subtree before taking it over (see _checked).
+MAX_CHECK_LOOKUPS = 8
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,9 @@ class CanOverlay:
             int, tuple[PeerInfo, ...]
         ] = {}  # each direct neighbour's last summaries
         self._unsettled_ticks = 0
+        # split id -> when the look into its dead other subtree ends (_checked)
+        self._checks: dict[int, float] = {}
+        self._checks_run = -math.inf  # checks that ended before this were acted on
         self.invalid_news = 0
         self._next_update = math.inf
         self._join_req = 0
@@ -543,6 +548,7 @@ class CanOverlay:
         deadlines.extend(d for _, d in self.suspects.values())
         deadlines.extend(at for _, _, at, _ in self._pending_accept.values())
         deadlines.extend(until for _, _, until in self._deferred.values())
+        deadlines.extend(d for d in self._checks.values() if d > self._checks_run)
         for queued in self._join_queue:
             deadlines.append(queued.serve_by)
             if queued.not_before > -math.inf:
@@ -593,7 +599,8 @@ class CanOverlay:
             self.suspects.pop(ident, None)
             if known is not None:
                 self._bury(known.info, now, "no answer to probe")
-        if expired:
+        if expired or any(self._checks_run < d <= now for d in self._checks.values()):
+            self._checks_run = now
             self._repair(now)
         if now >= self._next_update:
             self._tick(now)
@@ -614,6 +621,8 @@ class CanOverlay:
             del self._recent_joiners[ident]
         for ident in [i for i, (_, until, _, _) in self.busy.items() if now >= until]:
             del self.busy[ident]
+        for sid in [s for s, d in self._checks.items() if now >= d + config.update_interval_s]:
+            del self._checks[sid]
         expired = [i for i, (_, until) in self.tombstones.items() if now >= until]
         for ident in expired:
             del self.tombstones[ident]
@@ -991,6 +1000,8 @@ class CanOverlay:
         known = self.known.get(accept.you.id)
         self._bury(known.info if known is not None else accept.you, now, reason)
         self._recompute_direct(now)
+        if accept.you.path:  # nobody but the joiner could be there: no need to look
+            self._checks[accept.you.path[-1].sid] = now
         self._repair(now)
 
     def _neighbor_boxes(self) -> list[tuple[int, tuple[float, ...], tuple[float, ...]]]:
@@ -1421,6 +1432,8 @@ class CanOverlay:
             relevant = [(lo, hi) for lo, hi, _ in dead if overlap(lo, hi, slab_lo, slab_hi)]
             if not covered_by(slab_lo, slab_hi, relevant):
                 continue  # part of it is unknown to us: wait for news
+            if not self._checked(entry.sid, (blo, bhi), dead, live, now):
+                continue
             members = sorted(ident for lo, hi, ident in dead if overlap(lo, hi, slab_lo, slab_hi))
             lo, hi = list(self.lo), list(self.hi)
             if entry.upper:
@@ -1436,7 +1449,54 @@ class CanOverlay:
             self._set_zone(lo, hi, path, "takeover", now)
             self._emit(TookOver(now, members, self.space.volume(self.lo, self.hi) - volume))
             self._send_updates(now)
+            self._checks.pop(entry.sid, None)
             return True
+        return False
+
+    def _checked(
+        self,
+        sid: int,
+        box: tuple[list[float], list[float]],
+        dead: list[tuple[tuple[float, ...], tuple[float, ...], int]],
+        live: list[PeerInfo],
+        now: float,
+    ) -> bool:
+        """Has a look into the other subtree `box` of split `sid` found nobody alive?
+
+        We know the dead zones of that subtree, but a live zone there that does
+        not border us may be unknown to us: after a burst of crashes the dead
+        nodes' last neighbour lists predate the takeovers behind them. So before
+        the first takeover through a face we route lookups to points of the
+        subtree (one in each dead zone, others in what nobody we know holds);
+        an owner answers with its state, which stops the takeover above if it
+        lives in the subtree. Only after `propose_timeout_s` of silence do we
+        take over; the answer is good for one update period.
+        """
+        deadline = self._checks.get(sid)
+        if deadline is not None:
+            if now < deadline:
+                return False
+            if now < deadline + self.config.update_interval_s:
+                return True
+        blo, bhi = box
+        points = [
+            tuple(
+                self.rng.uniform(max(a, x), min(b, y))
+                for a, b, x, y in zip(lo, hi, blo, bhi, strict=True)
+            )
+            for lo, hi, _ in dead
+            if overlap(lo, hi, blo, bhi)
+        ][:MAX_CHECK_LOOKUPS]
+        held = [(lo, hi) for lo, hi, _ in dead] + [
+            (i.lo, i.hi) for i in live if overlap(i.lo, i.hi, blo, bhi)
+        ]
+        for lo, hi in (uncovered(blo, bhi, held, limit=64) or [])[
+            : MAX_CHECK_LOOKUPS - len(points)
+        ]:
+            points.append(tuple(self.rng.uniform(a, b) for a, b in zip(lo, hi, strict=True)))
+        for point in points:
+            self._route_lookup(point, now)
+        self._checks[sid] = now + self.config.propose_timeout_s
         return False
 
     def _coverage_problem(self) -> str | None:

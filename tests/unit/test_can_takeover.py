@@ -1,0 +1,86 @@
+# Crash takeover on CanOverlay directly (sans-IO): before taking over a dead
+# subtree, a node looks into it, and a live owner there stops the takeover.
+#
+# The space is cut as below (cpu across, v up); A owns the lower left quarter.
+# Split 1 (cpu = 50) has B = [50, 100) x [0, 1) on its other side. A learns by
+# gossip that D died and that Y died with Y's zone before Y split for S (stale
+# news, as in a burst of crashes): B then looks all dead to A, but S lives in
+# it and does not border A.
+#
+#     v=1 +-----------+------+------+
+#         |     N     |      |  S   |
+#     0.5 +-----------+  D   +------+
+#         |     A     |      |  Y   |
+#     v=0 +-----------+------+------+
+#        cpu=0       50     75     100
+
+from __future__ import annotations
+
+from node.events import TookOver
+from node.wire import Lookup, PathEntry, PeerInfo, Tombstone, Update
+from tests.unit.test_can_conflicts import CONFIG, SPACE, overlay
+
+LEFT, RIGHT = PathEntry(1, 0, 50.0, False), PathEntry(1, 0, 50.0, True)
+A_PATH = (LEFT, PathEntry(2, 1, 0.5, False))
+N = PeerInfo(
+    20, "10.0.0.20", 7000, 3, (10.0, 0.7), (0, 0.5), (50.0, 1), (LEFT, PathEntry(2, 1, 0.5, True))
+)
+D = Tombstone(30, 4, (50.0, 0), (75.0, 1), (RIGHT, PathEntry(3, 0, 75.0, False)))
+Y_PATH = (RIGHT, PathEntry(3, 0, 75.0, True))
+Y_STALE = Tombstone(40, 2, (75.0, 0), (100, 1), Y_PATH)
+S = PeerInfo(
+    50,
+    "10.0.0.50",
+    7000,
+    1,
+    (90.0, 0.8),
+    (75.0, 0.5),
+    (100, 1),
+    (*Y_PATH, PathEntry(4, 1, 0.5, True)),
+)
+
+
+def member_a():
+    a, wire = overlay(point=(20.0, 0.3))
+    a.join([], 0.0)
+    a._set_zone((0, 0), (50.0, 0.5), A_PATH, "test", 0.0)  # as if it had joined long ago
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 0.1)
+    wire.sent.clear()
+    wire.events.clear()
+    return a, wire
+
+
+def hear_of_the_deaths(a, now: float) -> None:
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), (D, Y_STALE)), now)
+
+
+def test_a_dead_subtree_is_looked_into_and_taken_after_silence():
+    a, wire = member_a()
+    hear_of_the_deaths(a, 1.0)
+    lookups = [m for _, m in wire.take(Lookup)]
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))  # not yet
+    # one lookup into each dead zone of B
+    assert sorted(50 <= m.point[0] < 75 for m in lookups) == [False, True]
+    assert all(m.origin.id == a.id for m in lookups)
+    # it asks to be woken when the lookups have had their time, not before
+    deadline = 1.0 + CONFIG.propose_timeout_s
+    while (wake := a.get_timer()) < deadline:
+        a.handle_timer(wake)
+        assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
+    assert wake == deadline
+    a.handle_timer(wake)
+    assert (a.lo, a.hi) == ((0, 0), (SPACE.hi[0], 0.5))
+    assert a.path == A_PATH[1:]
+    [took] = [e for e in wire.events if isinstance(e, TookOver)]
+    assert sorted(took.dead) == [D.id, Y_STALE.id]
+
+
+def test_a_live_owner_found_in_the_subtree_stops_the_takeover():
+    a, wire = member_a()
+    hear_of_the_deaths(a, 1.0)
+    assert wire.take(Lookup)
+    a.handle_message(S.id, (S.host, S.port), Update(S, (), ()), 1.3)  # S answers a lookup
+    for now in (3.0, 3.5, 5.0):
+        a.handle_timer(now)
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))  # B repairs itself: S takes D
+    assert not [e for e in wire.events if isinstance(e, TookOver)]
