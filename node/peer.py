@@ -41,11 +41,20 @@ class Peer:
     """A grid peer. See the module comment for the driving contract."""
 
     def __init__(
-        self, config: NodeConfig, *, address: Address, point: Sequence[float], rng: random.Random
+        self,
+        config: NodeConfig,
+        *,
+        address: Address,
+        point: Sequence[float],
+        rng: random.Random,
+        codec: Codec | None = None,
     ) -> None:
+        """`codec`: one to share with other peers of the same grid (the simulator's)."""
         self.config = config
         self.address = (str(address[0]), int(address[1]))
-        self._codec = Codec(config.grid_key)
+        if codec is not None and codec.key != config.grid_key:
+            raise ValueError("a shared codec must use the grid's key")
+        self._codec = codec if codec is not None else Codec(config.grid_key)
         self._replay = ReplayWindow()
         self._outbox: deque[tuple[bytes, Address]] = deque()
         self._events: deque[Event] = deque()

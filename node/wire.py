@@ -258,12 +258,19 @@ Message = (
 class Codec:
     """Encodes and decodes datagrams for one sender identity and an optional grid key."""
 
-    def __init__(self, key: bytes | None = None) -> None:
+    def __init__(self, key: bytes | None = None, *, shared_bodies: int = 0) -> None:
+        """`shared_bodies` > 0 keeps that many decoded bodies for reuse: for a
+        codec shared by the peers of one simulator, where an update sent to 30
+        neighbours is the same body 30 times (messages are immutable)."""
         if key is not None and len(key) < 16:
             raise ValueError(f"a grid key must have at least 16 bytes, not {len(key)}")
         self.key = key
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Message)
+        # The last message encoded and its body: a peer sends one update to every neighbour.
+        self._last: tuple[Message | None, bytes] = (None, b"")
+        self._bodies: dict[bytes, Message] | None = {} if shared_bodies > 0 else None
+        self._max_bodies = shared_bodies
 
     def encode(self, message: Message, *, sender: int, seq: int) -> bytes:
         """The datagram for `message`.
@@ -272,7 +279,10 @@ class Codec:
             ValueError: the datagram would exceed MAX_DATAGRAM_BYTES (the caller
                 must send less, e.g. fewer neighbour summaries).
         """
-        body = self._encoder.encode(message)
+        last, body = self._last
+        if message is not last:
+            body = self._encoder.encode(message)
+            self._last = (message, body)
         flags = FLAG_KEYED if self.key is not None else 0
         header = _HEADER.pack(MAGIC, PROTOCOL_VERSION, flags, sender, seq)
         if self.key is not None:
@@ -318,6 +328,9 @@ class Codec:
             raise WireError("malformed", f"unknown flags {flags:#x}")
         if seq == 0:
             raise WireError("malformed", "sequence number 0")
+        bodies = self._bodies
+        if bodies is not None and (message := bodies.get(body)) is not None:
+            return sender, seq, message
         try:
             message = self._decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -329,6 +342,10 @@ class Codec:
             OverflowError,
         ) as exc:  # defensive: any decoder failure is a drop
             raise WireError("malformed", repr(exc)) from None
+        if bodies is not None:
+            if len(bodies) >= self._max_bodies:
+                del bodies[next(iter(bodies))]
+            bodies[body] = message
         return sender, seq, message
 
 
