@@ -116,6 +116,25 @@ def test_grid_key_keeps_outsiders_out():
         Codec(b"short")
 
 
+def test_a_shared_codec_decodes_a_body_once_but_checks_every_header():
+    shared = Codec(KEY, shared_bodies=2)
+    update = MESSAGES[0]
+    first = shared.encode(update, sender=1, seq=1)
+    again = shared.encode(update, sender=1, seq=2)  # same message: same body, new header
+    assert first[-40:] == again[-40:] and first != again
+    one = shared.decode_untrusted(first)
+    two = shared.decode_untrusted(again)
+    assert (one[1], two[1]) == (1, 2) and one[2] == update and two[2] is one[2]
+    tampered = bytearray(again)
+    tampered[8] ^= 1  # the header changes, the body is a known one: the mac still fails
+    with pytest.raises(WireError, match="bad mac"):
+        shared.decode_untrusted(bytes(tampered))
+    for seq, message in enumerate(MESSAGES[1:4], start=3):  # older bodies make way
+        shared.decode_untrusted(shared.encode(message, sender=1, seq=seq))
+    assert shared.decode_untrusted(first)[2] is not one[2]  # decoded anew
+    assert shared.decode_untrusted(first)[2] == update
+
+
 def test_encoding_refuses_oversized_datagrams():
     many = tuple(INFO for _ in range(1000))
     with pytest.raises(ValueError, match="exceeds 60000"):
