@@ -1,0 +1,97 @@
+# Latency predictors (node/coord) on matrices whose answer is known: points in
+# a Euclidean space embed exactly, so any error there is the algorithm's.
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
+from node.coord.simplex import minimize
+from node.coord.vivaldi import Coordinate, Vivaldi, VivaldiConfig, embed
+from testbed.analysis.prediction import boundary_errors, relative_errors
+
+
+def euclidean(n: int, dims: int, seed: int) -> list[list[float]]:
+    rng = random.Random(seed)
+    points = [[rng.uniform(0, 100) for _ in range(dims)] for _ in range(n)]
+    return [[math.dist(a, b) for b in points] for a in points]
+
+
+def predicted(coords) -> np.ndarray:
+    return np.array([[a.distance(b) for b in coords] for a in coords])
+
+
+def test_simplex_finds_the_minimum_of_rosenbrock():
+    def rosenbrock(x):
+        return sum(100 * (b - a * a) ** 2 + (1 - a) ** 2 for a, b in itertools.pairwise(x))
+
+    x, value = minimize(rosenbrock, [-1.2, 1.0, 0.5], step=0.5, xatol=1e-8, fatol=1e-12)
+    assert value < 1e-10 and all(abs(v - 1) < 1e-4 for v in x)
+
+
+def test_vivaldi_embeds_euclidean_points_and_improves_with_rounds():
+    d = euclidean(60, 5, seed=1)
+    few = relative_errors(
+        np.array(d), predicted(embed(d, 20 * 60, VivaldiConfig(), random.Random(2)))
+    )
+    many = relative_errors(
+        np.array(d), predicted(embed(d, 2000 * 60, VivaldiConfig(), random.Random(2)))
+    )
+    assert many.p99 < 0.01 and many.p99 < few.p99 / 10
+
+
+def test_vivaldi_heights_absorb_an_access_link():
+    # Every host sits 20 ms behind its access link: d = |x - y| + 20 + 20. Heights fit that.
+    flat = euclidean(40, 2, seed=3)
+    d = [[v + 40 if i != j else 0 for j, v in enumerate(row)] for i, row in enumerate(flat)]
+    with_height = embed(d, 3000 * 40, VivaldiConfig(dims=2, height=True), random.Random(4))
+    without = embed(d, 3000 * 40, VivaldiConfig(dims=2), random.Random(4))
+    assert relative_errors(np.array(d), predicted(with_height)).p95 < 0.02
+    assert relative_errors(np.array(d), predicted(without)).p95 > 0.05
+    assert 15 < sorted(c.height for c in with_height)[20] < 25
+
+
+def test_vivaldi_ignores_unusable_samples():
+    node = Vivaldi(VivaldiConfig(dims=2), random.Random(1))
+    remote = Coordinate((3.0, 4.0))
+    for rtt, other in ((0.0, remote), (-1, remote), (math.nan, remote), (5.0, Coordinate((1.0,)))):
+        node.observe(rtt, other)
+    assert node.samples == 0 and node.coord.vec == (0.0, 0.0)
+    node.observe(10.0, remote)  # from the same place: pushed away in some direction
+    assert node.samples == 1 and node.coord.vec != (0.0, 0.0)
+
+
+def test_gnp_is_exact_on_euclidean_points():
+    d = euclidean(50, 5, seed=5)
+    config = GnpConfig()
+    marks = random.Random(6).sample(range(50), config.landmarks)
+    landmarks = solve_landmarks([[d[a][b] for b in marks] for a in marks], config, random.Random(7))
+    coords = [
+        Coordinate(solve_host([d[i][m] for m in marks], landmarks, config, random.Random(i)))
+        for i in range(50)
+    ]
+    error = relative_errors(np.array(d), predicted(coords))
+    assert error.max < 1e-3, error
+
+
+def test_gnp_config_is_checked():
+    with pytest.raises(ValueError, match="at least dims \\+ 1"):
+        GnpConfig(dims=5, landmarks=5)
+    with pytest.raises(ValueError, match="vivaldi.cc"):
+        VivaldiConfig(cc=0)
+
+
+def test_relative_errors_and_boundary_rates():
+    actual = np.array([[0, 10, 20], [10, 0, 40], [20, 40, 0]], dtype=float)
+    guess = np.array([[0, 10, 30], [10, 0, 4], [30, 4, 0]], dtype=float)
+    error = relative_errors(actual, guess)
+    assert (error.pairs, error.p50, error.max) == (3, 0.5, 0.9)
+    rates = boundary_errors(actual, guess, boundary=10)
+    assert rates == {"positive": 1 / 3, "negative": 0.0, "pairs_within": 1}
+    with pytest.raises(ValueError, match="does not match"):
+        relative_errors(actual, guess[:2, :2])
