@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 
+from node.coord.dtm import Dtm, DtmConfig, round_pow2
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.simplex import minimize
 from node.coord.vivaldi import Coordinate, Vivaldi, VivaldiConfig, embed
@@ -95,3 +96,76 @@ def test_relative_errors_and_boundary_rates():
     assert rates == {"positive": 1 / 3, "negative": 0.0, "pairs_within": 1}
     with pytest.raises(ValueError, match="does not match"):
         relative_errors(actual, guess[:2, :2])
+
+
+def tree_metric(n: int, seed: int) -> np.ndarray:
+    """Path lengths between n random vertices of a random weighted tree (a tree metric)."""
+    rng = random.Random(seed)
+    parent, up, depth = [-1], [0.0], [0.0]
+    for v in range(1, 3 * n):
+        p = rng.randrange(v)
+        w = rng.uniform(1, 10)
+        parent.append(p)
+        up.append(w)
+        depth.append(depth[p] + w)
+    hosts = rng.sample(range(3 * n), n)
+
+    def ancestors(v):
+        out = []
+        while v >= 0:
+            out.append(v)
+            v = parent[v]
+        return out
+
+    chains = [ancestors(h) for h in hosts]
+    d = np.zeros((n, n))
+    for i in range(n):
+        mine = set(chains[i])
+        for j in range(n):
+            lca = next(v for v in chains[j] if v in mine)
+            d[i, j] = depth[hosts[i]] + depth[hosts[j]] - 2 * depth[lca]
+    return d
+
+
+def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:
+    dtm = Dtm(config, random.Random(seed))
+    order = list(range(len(d)))
+    random.Random(seed + 1).shuffle(order)
+    for host in order:
+        dtm.join(host, lambda a, b: float(d[a, b]))
+    return dtm
+
+
+def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins():
+    d = tree_metric(120, seed=3)
+    for seed in (1, 2):
+        dtm = build(d, DtmConfig(), seed)
+        assert np.abs(dtm.predict_all(list(range(120))) - d).max() < 1e-9
+        assert sum(dtm.measurements.values()) < 120 * 119 / 4  # far from all pairs
+    dtm.rejoin_all(lambda a, b: float(d[a, b]))
+    assert np.abs(dtm.predict_all(list(range(120))) - d).max() < 1e-9
+
+
+def test_dtm_leaves_keep_the_others_predictions():
+    d = tree_metric(60, seed=4)
+    dtm = build(d, DtmConfig())
+    before = dtm.predict_all(list(range(60)))
+    for host in (0, 17, 33, 59):
+        dtm.leave(host)
+    rest = dtm.hosts
+    assert sorted(rest) == sorted(set(range(60)) - {0, 17, 33, 59})
+    assert np.abs(dtm.predict_all(rest) - before[np.ix_(rest, rest)]).max() < 1e-9
+
+
+def test_dtm_round_variant_and_bad_measurements():
+    assert round_pow2(0.05, above=0.064) == 0.05
+    assert round_pow2(0.1, above=0.064) == 0.125  # 2^-3: nearest power of two in log space
+    assert round_pow2(45.0, above=0.064) == 32.0
+    dtm = Dtm(DtmConfig(round_above=0.064), random.Random(1))
+    dtm.join(0, lambda a, b: 0.0)
+    dtm.join(1, lambda a, b: 45.0)
+    assert dtm.predict(0, 1) == 32.0
+    with pytest.raises(ValueError, match="is nan"):
+        dtm.join(2, lambda a, b: math.nan)
+    with pytest.raises(ValueError, match="already joined"):
+        dtm.join(1, lambda a, b: 1.0)

@@ -1,0 +1,431 @@
+# DTM, the decentralised tree-metric embedding (Song, Keleher, Bhattacharjee,
+# Sussman, INFOCOM 2011) as seed 002 §2.2.1 and §5.2.3.3 use it for latency,
+# reconstructed: the thesis gives its outline, and neither the INFOCOM paper
+# nor Sequoia's (Ramasubramanian et al., SIGMETRICS 2009), which it
+# decentralises, is at hand. docs/prediction.md lists what is ours.
+#
+# Theory of operation
+#   Hosts are vertices of a tree with non-negative edge weights; the predicted
+#   latency of two hosts is the length of the tree path between them. A host c
+#   joins Sequoia's way: seen from a base host s, the Gromov product
+#   (h|c)_s = (d_T(s, h) + d(s, c) - d(h, c)) / 2 is how far the paths s -> h
+#   and s -> c run together, so c leaves the tree where no host's path runs
+#   further with it, and hangs there by an edge of d(s, c) minus that
+#   distance. On a tree metric every pair then comes out exact, in any join
+#   order. To find that point without measuring everyone, c walks the
+#   prediction tree from s: at each vertex it measures one host in each branch
+#   (up to `branch_sample` of them) and follows the branch whose host runs
+#   furthest with it; so a join costs O(depth x branching) measurements. The
+#   thesis's "two simulated joins" are two such walks, the second looking at
+#   other (random) hosts in each branch; c joins where its tree distances fit
+#   everything it measured best.
+#
+#   Ours, and why: the base is the tree's oldest host. A random base per join
+#   (the "random measurement starting point" of Song et al.) was exact on tree
+#   metrics too, but on PlanetLab a walk that starts at a leaf gives up at the
+#   first noisy step (relative error p50 1.5 against 0.17).
+#
+# Variants of Table 5.5: Round (measurements above 64 us rounded to a power of
+# two, in log space) is `round_above`; Lowest Quartile belongs to the probing
+# filter (not written yet); Rejoin is `rejoin_all()`.
+#
+# Pure Python (numpy only inside predict_all(), for the simulator's all-pairs
+# evaluation); randomness from the injected rng; measurements through the
+# caller's `measure(a, b)`.
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Dtm", "DtmConfig", "round_pow2"]
+
+Measure = Callable[[int, int], float]
+# Relative distance under which two points of the tree are one (float rounding).
+_CLOSE = 1e-9
+
+
+@dataclass(frozen=True)
+class DtmConfig:
+    simulated_joins: int = 2  # walks from random bases per join (seed 002: two)
+    round_above: float | None = None  # Round variant: threshold in the matrix's unit (64 us)
+    branch_sample: int = 64  # branches tried at a vertex with more (a star of a whole cluster)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.simulated_joins, int) and self.simulated_joins >= 1):
+            raise ValueError(
+                f"dtm.simulated_joins must be a positive integer, not {self.simulated_joins!r}"
+            )
+        if not (isinstance(self.branch_sample, int) and self.branch_sample >= 2):
+            raise ValueError(
+                f"dtm.branch_sample must be an integer >= 2, not {self.branch_sample!r}"
+            )
+        if self.round_above is not None and not (self.round_above > 0):
+            raise ValueError(f"dtm.round_above must be positive, not {self.round_above!r}")
+
+
+def round_pow2(value: float, above: float) -> float:
+    """The Round variant: values above `above` go to the nearest power of two (in log space)."""
+    if value <= above:
+        return value
+    return 2.0 ** round(math.log2(value))
+
+
+class Dtm:
+    """A prediction tree and the joins that build it (one object for all hosts,
+    as the simulator runs it; every decision a host makes uses only what it
+    measured and what the hosts it talks to know)."""
+
+    def __init__(self, config: DtmConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        # The tree: vertex -> parent (-1 at the root), weight of the edge to the
+        # parent, distance from the root, and hop count from the root.
+        self._parent: list[int] = []
+        self._weight: list[float] = []
+        self._depth: list[float] = []
+        self._level: list[int] = []
+        self._children: list[list[int]] = []
+        self._host_vertex: dict[int, int] = {}
+        self._vertex_host: dict[int, int] = {}
+        self._free: list[int] = []  # vertices removed by leaves, for reuse
+        self._rep: dict[int, int] = {}  # vertex -> a host in its subtree
+        self._order: list[int] = []  # hosts in join order (for deterministic choices)
+        self.measurements: dict[int, int] = {}  # host -> measurements it made to join
+
+    # -- the tree -------------------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[int]:
+        return list(self._order)
+
+    def _new_vertex(self, parent: int, weight: float) -> int:
+        depth = self._depth[parent] + weight if parent >= 0 else 0.0
+        level = self._level[parent] + 1 if parent >= 0 else 0
+        if self._free:
+            v = self._free.pop()
+            self._parent[v], self._weight[v], self._depth[v], self._level[v] = (
+                parent,
+                weight,
+                depth,
+                level,
+            )
+            self._children[v] = []
+        else:
+            v = len(self._parent)
+            self._parent.append(parent)
+            self._weight.append(weight)
+            self._depth.append(depth)
+            self._level.append(level)
+            self._children.append([])
+        if parent >= 0:
+            self._children[parent].append(v)
+        return v
+
+    def _lca(self, u: int, v: int) -> int:
+        parent, level = self._parent, self._level
+        while level[u] > level[v]:
+            u = parent[u]
+        while level[v] > level[u]:
+            v = parent[v]
+        while u != v:
+            u, v = parent[u], parent[v]
+        return u
+
+    def _vertex_distance(self, u: int, v: int) -> float:
+        return self._depth[u] + self._depth[v] - 2 * self._depth[self._lca(u, v)]
+
+    def predict(self, a: int, b: int) -> float:
+        """Predicted latency between two joined hosts: the tree path length."""
+        return self._vertex_distance(self._host_vertex[a], self._host_vertex[b])
+
+    def predict_all(self, hosts: Sequence[int]) -> np.ndarray:
+        """The predicted matrix for `hosts` (each row by one walk up the tree: fast for thousands)."""
+        import numpy as np  # not at module level: the peer process stays light
+
+        vertices = [self._host_vertex[h] for h in hosts]
+        order = self._euler()
+        position = {v: k for k, v in enumerate(order)}
+        # Host k's place in the DFS order, and each vertex's range of descendants in it.
+        host_pos = np.array([position[v] for v in vertices])
+        size = self._subtree_sizes(order)
+        depth = np.array([self._depth[v] for v in vertices])
+        out = np.empty((len(hosts), len(hosts)))
+        lca_depth = np.empty(len(order))
+        for k, v in enumerate(vertices):
+            chain = []
+            u = v
+            while u >= 0:
+                chain.append(u)
+                u = self._parent[u]
+            for u in reversed(chain):  # root first: deeper ancestors overwrite their part
+                start = position[u]
+                lca_depth[start : start + size[u]] = self._depth[u]
+            out[k] = depth[k] + depth - 2 * lca_depth[host_pos]
+        return out
+
+    def _euler(self) -> list[int]:
+        roots = [
+            v for v in range(len(self._parent)) if self._parent[v] == -1 and v not in self._free
+        ]
+        order: list[int] = []
+        stack = list(reversed(roots))
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            stack.extend(reversed(self._children[v]))
+        return order
+
+    def _subtree_sizes(self, order: list[int]) -> dict[int, int]:
+        size = dict.fromkeys(order, 1)
+        for v in reversed(order):
+            parent = self._parent[v]
+            if parent >= 0:
+                size[parent] += size[v]
+        return size
+
+    def _point_on_path(self, s: int, a: int, x: float) -> tuple[int, float]:
+        """The point at distance x from vertex s on the tree path s -> a, as
+        (v, depth): it lies on the edge from v up to v's parent, at that depth
+        from the root (depth == depth[v] means v itself)."""
+        top = self._lca(s, a)
+        up = self._depth[s] - self._depth[top]
+        if x <= up:
+            start, target = s, self._depth[s] - x
+        else:
+            start, target = a, self._depth[top] + (x - up)
+        v = start
+        while self._parent[v] >= 0 and self._depth[self._parent[v]] >= target:
+            v = self._parent[v]
+        return v, target
+
+    def _distance_from_point(self, v: int, depth: float, m: int) -> float:
+        """Tree distance from the point (v, depth) to vertex m."""
+        lca = self._lca(v, m)
+        if lca == v:  # m is below the point
+            return self._depth[m] - depth
+        return depth + self._depth[m] - 2 * self._depth[lca]
+
+    def _attach(self, v: int, depth: float, leaf: float) -> int:
+        """Hang a new host vertex by an edge of `leaf` from the point (v, depth).
+        A point within rounding of a vertex is that vertex (no edges of length 0)."""
+        close = _CLOSE * max(self._depth[v], 1.0)
+        parent = self._parent[v]
+        if depth >= self._depth[v] - close or parent < 0:
+            at = v
+        elif depth <= self._depth[parent] + close:
+            at = parent
+        else:
+            at = self._new_vertex(parent, depth - self._depth[parent])
+            self._rep[at] = self._rep[v]
+            self._children[parent].remove(v)
+            self._children[at].append(v)
+            self._parent[v] = at
+            self._weight[v] = self._depth[v] - depth
+            self._bump_levels(v)
+        return self._new_vertex(at, leaf)
+
+    def _bump_levels(self, v: int) -> None:
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            self._level[u] = self._level[self._parent[u]] + 1
+            stack.extend(self._children[u])
+
+    # -- joins --------------------------------------------------------------------------------------
+
+    def join(self, c: int, measure: Measure) -> None:
+        """Add host c, measuring through `measure(c, other)` (counted in `measurements[c]`)."""
+        if c in self._host_vertex:
+            raise ValueError(f"host {c} has already joined")
+        seen: dict[int, float] = {}
+        rounding = self.config.round_above
+
+        def m(other: int) -> float:
+            if other not in seen:
+                value = measure(c, other)
+                if not (value >= 0 and math.isfinite(value)):
+                    raise ValueError(f"measurement {c} -> {other} is {value!r}")
+                seen[other] = round_pow2(value, rounding) if rounding is not None else value
+                self.measurements[c] = self.measurements.get(c, 0) + 1
+            return seen[other]
+
+        self.measurements.setdefault(c, 0)
+        if not self._order:
+            vertex = self._new_vertex(-1, 0.0)
+        else:
+            base = self._vertex_host.get(self._root()) or self._order[0]
+            candidates = [self._descend(base, m, k > 0) for k in range(self.config.simulated_joins)]
+            v, depth, leaf = min(candidates, key=lambda cand: self._misfit(cand, seen))
+            vertex = self._attach(v, depth, leaf)
+        self._host_vertex[c] = vertex
+        self._vertex_host[vertex] = c
+        self._rep[vertex] = c
+        self._order.append(c)
+
+    def _root(self) -> int:
+        v = self._host_vertex[self._order[0]]
+        while self._parent[v] >= 0:
+            v = self._parent[v]
+        return v
+
+    def _descend(
+        self, base: int, m: Callable[[int], float], shuffle: bool
+    ) -> tuple[int, float, float]:
+        """Walk the tree away from host `base` towards where c branches off.
+
+        At each vertex, every branch but the one we came by is tried through one
+        host in it (its representative h): the Gromov product
+        g = (d_T(base, h) + d(base, c) - d(h, c)) / 2 is how far from the base
+        the paths to h and to c run together. The branch with the largest g
+        beyond the current vertex is followed; c hangs where no branch goes
+        further. Returns the attachment point (v, depth) and the leaf weight.
+        """
+        d_base = m(base)
+        s = self._host_vertex[base]
+        u, came, at = s, -1, 0.0  # current vertex, where we came from, its distance from s
+        tolerance = _CLOSE * max(d_base, 1e-12)
+        sample = self.config.branch_sample
+        while True:
+            branches = self._branches(u, came, tolerance, shuffle)
+            if len(branches) > sample:
+                branches = self.rng.sample(branches, sample)
+            best: tuple[int, int, float, float] | None = None
+            for x, q, host, weight in branches:
+                g = (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
+                if g > at + tolerance and (best is None or g > best[2]):
+                    best = (x, q, g, weight)
+            if best is None:
+                return u, self._depth[u], max(0.0, d_base - at)
+            x, q, g, weight = best
+            if g >= at + weight - tolerance:
+                u, came, at = q, x, at + weight
+                continue
+            # c leaves the tree inside the edge x - q, g - at from x.
+            if q == self._parent[x]:
+                return x, self._depth[x] - (g - at), max(0.0, d_base - g)
+            return q, self._depth[x] + (g - at), max(0.0, d_base - g)
+
+    def _branches(
+        self, u: int, came: int, tolerance: float, shuffle: bool
+    ) -> list[tuple[int, int, int, float]]:
+        """The ways on from u, not back to `came`, as (from, to, a host beyond, length).
+        Edges of length 0 (a host on a path joins by one) lead to the same point:
+        the branches beyond them count as u's."""
+        out = []
+        seen = {u, came}
+        stack = [u]
+        while stack:
+            x = stack.pop()
+            around = [(q, True) for q in self._children[x]]
+            if self._parent[x] >= 0:
+                around.append((self._parent[x], False))
+            for q, down in around:
+                if q in seen:
+                    continue
+                seen.add(q)
+                weight = self._weight[q] if down else self._weight[x]
+                if weight <= tolerance:
+                    stack.append(q)
+                    continue
+                if not down:
+                    host = self._rep_outside(x)
+                elif shuffle:
+                    host = self._random_host_below(q)
+                else:
+                    host = self._rep[q]
+                if host is not None:
+                    out.append((x, q, host, weight))
+        return out
+
+    def _random_host_below(self, v: int) -> int:
+        """A host in the subtree of v, by a random walk down (the second and later
+        simulated joins look at other hosts than the first)."""
+        while True:
+            children = self._children[v]
+            host = self._vertex_host.get(v)
+            if host is not None and (not children or self.rng.random() < 0.5):
+                return host
+            if not children:
+                return self._rep[v]
+            v = children[self.rng.randrange(len(children))]
+
+    def _rep_outside(self, u: int) -> int | None:
+        """A host outside the subtree of u (on the other side of u's parent edge)."""
+        child, p = u, self._parent[u]
+        while p >= 0:
+            host = self._vertex_host.get(p)
+            if host is not None:
+                return host
+            for q in self._children[p]:
+                if q != child:
+                    return self._rep[q]
+            child, p = p, self._parent[p]
+        return None
+
+    def _misfit(self, candidate: tuple[int, float, float], seen: dict[int, float]) -> float:
+        """How badly c's tree distances from this attachment fit what c measured."""
+        v, depth, leaf = candidate
+        total = 0.0
+        for other, d in seen.items():
+            predicted = leaf + self._distance_from_point(v, depth, self._host_vertex[other])
+            total += abs(predicted - d) / max(d, 1e-12)
+        return total
+
+    # -- leaving and rejoining ------------------------------------------------------------------------
+
+    def leave(self, c: int) -> None:
+        """Remove host c; the tree stays a tree over the others (their predictions do not change)."""
+        v = self._host_vertex.pop(c)
+        del self._vertex_host[v]
+        self._order.remove(c)
+        self.measurements.setdefault(c, 0)
+        above = self._parent[v]
+        if not self._children[v]:
+            self._remove_leaf(v)
+        else:
+            above = v  # a branch point as well: it stays, as a vertex without a host
+        # Representatives that named c now name another host below.
+        while above >= 0:
+            if self._rep.get(above) == c:
+                host = self._vertex_host.get(above)
+                self._rep[above] = host if host is not None else self._rep[self._children[above][0]]
+            above = self._parent[above]
+
+    def _remove_leaf(self, v: int) -> None:
+        parent = self._parent[v]
+        self._free.append(v)
+        self._rep.pop(v, None)
+        if parent < 0:
+            return
+        self._children[parent].remove(v)
+        if parent in self._vertex_host:
+            return
+        if not self._children[parent]:
+            self._remove_leaf(parent)
+        elif len(self._children[parent]) == 1 and self._parent[parent] >= 0:
+            # A bend with one branch left: splice it out (depths are unchanged).
+            child = self._children[parent][0]
+            grand = self._parent[parent]
+            self._children[grand].remove(parent)
+            self._children[grand].append(child)
+            self._parent[child] = grand
+            self._weight[child] += self._weight[parent]
+            self._free.append(parent)
+            self._rep.pop(parent, None)
+            self._bump_levels(child)
+
+    def rejoin_all(self, measure: Measure) -> None:
+        """The Rejoin variant: once everyone has joined, each host in join order
+        leaves and joins again (serialised, with global knowledge)."""
+        for c in list(self._order):
+            if len(self._order) < 2:
+                return
+            self.leave(c)
+            self.join(c, measure)
