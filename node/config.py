@@ -3,7 +3,8 @@
 #
 #   {"grid_key": "<hex>" | null,
 #    "can": {"space": [{"name": "cpu", "lo": 0, "hi": 500, "virtual": false}, ...],
-#            "update_interval_s": 2.0, ...any other CanConfig field}}
+#            "update_interval_s": 2.0, ...any other CanConfig field},
+#    "probe": {"samples": 5, ...any ProbeConfig field}}       (optional)
 #
 # Unknown fields are errors (a typo must not silently fall back to a default).
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
+from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
 
 __all__ = ["ConfigError", "config_from_dict", "config_to_dict", "load_config"]
@@ -26,12 +28,17 @@ class ConfigError(ValueError):
 
 
 _CAN_FIELDS = {f.name for f in dataclasses.fields(CanConfig)} - {"space"}
+_PROBE_FIELDS = {f.name for f in dataclasses.fields(ProbeConfig)}
 
 
 def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     can = {name: getattr(config.can, name) for name in sorted(_CAN_FIELDS)}
     can["space"] = [dataclasses.asdict(d) for d in config.can.space.dims]
-    return {"grid_key": config.grid_key.hex() if config.grid_key else None, "can": can}
+    return {
+        "grid_key": config.grid_key.hex() if config.grid_key else None,
+        "can": can,
+        "probe": dataclasses.asdict(config.probe),
+    }
 
 
 def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
@@ -40,9 +47,9 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
 
     if not isinstance(data, dict):
         raise fail("(top)", "expected a JSON object")
-    unknown = set(data) - {"grid_key", "can"}
+    unknown = set(data) - {"grid_key", "can", "probe"}
     if unknown:
-        raise fail(", ".join(sorted(unknown)), "unknown field (expected grid_key, can)")
+        raise fail(", ".join(sorted(unknown)), "unknown field (expected grid_key, can, probe)")
     can = data.get("can")
     if not isinstance(can, dict):
         raise fail("can", "expected an object with at least 'space'")
@@ -66,7 +73,17 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
             key = bytes.fromhex(key)
         except (TypeError, ValueError):
             raise fail("grid_key", "expected a hex string") from None
-    return NodeConfig(can_config, key)
+    probe = data.get("probe", {})
+    if not isinstance(probe, dict):
+        raise fail("probe", "expected an object")
+    unknown = set(probe) - _PROBE_FIELDS
+    if unknown:
+        raise fail(f"probe.{sorted(unknown)[0]}", "unknown field")
+    try:
+        probe_config = ProbeConfig(**probe)
+    except (TypeError, ValueError) as exc:
+        raise fail("probe", str(exc)) from None
+    return NodeConfig(can_config, key, probe_config)
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -16,6 +16,7 @@ __all__ = [
     "Joined",
     "Left",
     "PeerDeclaredDead",
+    "RttMeasured",
     "TookOver",
     "ZoneChanged",
     "event_to_dict",
@@ -98,6 +99,17 @@ class Inconsistent(Event):
     kind: ClassVar[str] = "inconsistent"
     what: str
     peers: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class RttMeasured(Event):
+    """A measurement asked of the prober is complete (node.coord.probe)."""
+
+    kind: ClassVar[str] = "rtt"
+    request: int
+    target: int
+    rtts: tuple[float, ...]  # seconds, in the order the answers came
+    lost: int
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

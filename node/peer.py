@@ -13,12 +13,13 @@ from __future__ import annotations
 import random
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from node.can.overlay import CanConfig, CanOverlay, Status
+from node.coord.probe import ProbeConfig, Prober
 from node.events import Event
-from node.wire import DROP_REASONS, Codec, Message, ReplayWindow, WireError
+from node.wire import DROP_REASONS, Codec, Message, Ping, Pong, ReplayWindow, WireError
 
 __all__ = ["Address", "NodeConfig", "Peer"]
 
@@ -35,6 +36,7 @@ class NodeConfig:
 
     can: CanConfig
     grid_key: bytes | None = None  # shared HMAC key; None: unauthenticated grid
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
 
 class Peer:
@@ -68,6 +70,12 @@ class Peer:
             send=self._send,
             emit=self._events.append,
         )
+        self.prober = Prober(
+            config.probe,
+            rng=lambda: random.Random(rng.getrandbits(64)),
+            send=self._send,
+            emit=self._events.append,
+        )
 
     # -- inputs --------------------------------------------------------------------------------------
 
@@ -85,7 +93,15 @@ class Peer:
         if not self._replay.accept(sender, seq):
             self.counters["drop.replayed"] += 1
             return
-        problem = self.can.handle_message(sender, (str(addr[0]), int(addr[1])), message, now)
+        source = (str(addr[0]), int(addr[1]))
+        if isinstance(message, Ping):
+            self.prober.handle_ping(source, message, now)
+            problem = None
+        elif isinstance(message, Pong):
+            self.prober.handle_pong(message, now)
+            problem = None
+        else:
+            problem = self.can.handle_message(sender, source, message, now)
         if problem is not None:
             self.counters["drop.invalid"] += 1
             return
@@ -95,6 +111,7 @@ class Peer:
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at `now` (early or repeated calls are harmless)."""
         self.can.handle_timer(now)
+        self.prober.handle_timer(now)
 
     def join(self, bootstraps: Sequence[Address], now: float) -> None:
         """Join the overlay through one of `bootstraps` (none: start a new overlay)."""
@@ -103,6 +120,12 @@ class Peer:
     def leave(self, now: float) -> None:
         """Leave gracefully (the overlay merges our zone into our neighbours')."""
         self.can.leave(now)
+
+    def measure_rtt(
+        self, target: int, addr: Address, now: float, samples: int | None = None
+    ) -> int | None:
+        """Measure RTTs to a peer (an RttMeasured event reports them); None: too many pending."""
+        return self.prober.request(target, (str(addr[0]), int(addr[1])), now, samples)
 
     # -- outputs -------------------------------------------------------------------------------------
 
@@ -114,7 +137,8 @@ class Peer:
 
     def get_timer(self) -> float | None:
         """The earliest deadline at which handle_timer() must run, or None."""
-        return self.can.get_timer()
+        deadlines = [t for t in (self.can.get_timer(), self.prober.get_timer()) if t is not None]
+        return min(deadlines) if deadlines else None
 
     def next_event(self) -> Event | None:
         """The next event, or None once drained (mutating)."""

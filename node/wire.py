@@ -45,6 +45,8 @@ __all__ = [
     "PathEntry",
     "PeerInfo",
     "Probe",
+    "Ping",
+    "Pong",
     "ProbeReply",
     "Propose",
     "ProposeOK",
@@ -236,6 +238,16 @@ class Lookup(msgspec.Struct, tag=12, array_like=True, frozen=True):
     hops: int
 
 
+class Ping(msgspec.Struct, tag=13, array_like=True, frozen=True):
+    """An RTT sample: answer at once with a Pong carrying the same nonce."""
+
+    nonce: int
+
+
+class Pong(msgspec.Struct, tag=14, array_like=True, frozen=True):
+    nonce: int
+
+
 Message = (
     Update
     | JoinRequest
@@ -249,6 +261,8 @@ Message = (
     | ProbeReply
     | Evicted
     | Lookup
+    | Ping
+    | Pong
 )
 
 

@@ -39,6 +39,8 @@ from node.wire import (
     Message,
     PathEntry,
     PeerInfo,
+    Ping,
+    Pong,
     Probe,
     ProbeReply,
     Propose,
@@ -126,6 +128,8 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: ProbeReply(small, rng.choice([None, info])),
         lambda: Evicted(small),
         lambda: Lookup(small, _vector(rng, dims, space), info, rng.randrange(0, 1000)),
+        lambda: Ping(small),
+        lambda: Pong(small),
     ]
     return rng.choice(factories)()
 

@@ -17,6 +17,8 @@ from node.wire import (
     Lookup,
     PathEntry,
     PeerInfo,
+    Ping,
+    Pong,
     Probe,
     ProbeReply,
     Propose,
@@ -59,6 +61,8 @@ MESSAGES = [
     ProbeReply(77, INFO),
     Evicted(3),
     Lookup(1, (1.0, 2.0, 0.5), INFO, 0),
+    Ping(1 << 62),
+    Pong(1 << 62),
 ]
 
 
