@@ -111,7 +111,7 @@ MAX_RANK = 1 << 16
 MAX_ACCEPT_NEIGHBOURS = 48
 # Characters of a NO's reason that we send and log.
 MAX_REASON = 40
-# Lookups into a dead subtree before taking it over (see _checked).
+# Lookups into a dead subtree before taking it over, of each of two kinds (see _checked).
 MAX_CHECK_LOOKUPS = 8
 
 
@@ -1467,7 +1467,7 @@ class CanOverlay:
         not border us may be unknown to us: after a burst of crashes the dead
         nodes' last neighbour lists predate the takeovers behind them. So before
         the first takeover through a face we route lookups to points of the
-        subtree (one in each dead zone, others in what nobody we know holds);
+        subtree (in what nobody we know holds, and in each dead zone);
         an owner answers with its state, which stops the takeover above if it
         lives in the subtree. Only after `propose_timeout_s` of silence do we
         take over; the answer is good for one update period.
@@ -1479,21 +1479,34 @@ class CanOverlay:
             if now < deadline + self.config.update_interval_s:
                 return True
         blo, bhi = box
-        points = [
-            tuple(
-                self.rng.uniform(max(a, x), min(b, y))
-                for a, b, x, y in zip(lo, hi, blo, bhi, strict=True)
-            )
-            for lo, hi, _ in dead
-            if overlap(lo, hi, blo, bhi)
-        ][:MAX_CHECK_LOOKUPS]
+        rng = self.rng
+        # First what nobody we know holds (a live zone we do not know would be
+        # there), the largest parts first; then a point in each dead zone (its
+        # taker may be a live zone of the subtree that we do not know).
         held = [(lo, hi) for lo, hi, _ in dead] + [
             (i.lo, i.hi) for i in live if overlap(i.lo, i.hi, blo, bhi)
         ]
-        for lo, hi in (uncovered(blo, bhi, held, limit=64) or [])[
-            : MAX_CHECK_LOOKUPS - len(points)
-        ]:
-            points.append(tuple(self.rng.uniform(a, b) for a, b in zip(lo, hi, strict=True)))
+        points: list[tuple[float, ...]] = []
+        pieces = uncovered(blo, bhi, held, limit=1000)
+        if pieces is None:  # too fragmented to list: sample it
+            for _ in range(8 * MAX_CHECK_LOOKUPS):
+                point = tuple(rng.uniform(a, b) for a, b in zip(blo, bhi, strict=True))
+                if not any(contains(lo, hi, point) for lo, hi in held):
+                    points.append(point)
+                    if len(points) == MAX_CHECK_LOOKUPS:
+                        break
+        else:
+            pieces.sort(key=lambda piece: -self.space.volume(piece[0], piece[1]))
+            for lo, hi in pieces[:MAX_CHECK_LOOKUPS]:
+                points.append(tuple(rng.uniform(a, b) for a, b in zip(lo, hi, strict=True)))
+        inside = [(lo, hi) for lo, hi, _ in dead if overlap(lo, hi, blo, bhi)]
+        for lo, hi in inside[:MAX_CHECK_LOOKUPS]:
+            points.append(
+                tuple(
+                    rng.uniform(max(a, x), min(b, y))
+                    for a, b, x, y in zip(lo, hi, blo, bhi, strict=True)
+                )
+            )
         for point in points:
             self._route_lookup(point, now)
         self._checks[sid] = now + self.config.propose_timeout_s

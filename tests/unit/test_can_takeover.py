@@ -84,3 +84,28 @@ def test_a_live_owner_found_in_the_subtree_stops_the_takeover():
         a.handle_timer(now)
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))  # B repairs itself: S takes D
     assert not [e for e in wire.events if isinstance(e, TookOver)]
+
+
+def test_the_look_covers_parts_of_the_subtree_nobody_known_holds():
+    # Eight dead zones (a burst) tile exactly the slab in front of A; their
+    # subtree's other half S, alive, touches A only at a corner, so A never
+    # heard of it. The look must reach S's part, however many dead zones there are.
+    a, wire = member_a()
+    lower, upper = PathEntry(5, 1, 0.5, False), PathEntry(5, 1, 0.5, True)
+    stones = []
+    for k in range(8):
+        path, lo, hi = [RIGHT, lower], 50.0, 100.0
+        for level in range(3):
+            mid = (lo + hi) / 2
+            high = bool(k >> (2 - level) & 1)
+            path.append(PathEntry(10 + 10 * level + (k >> (3 - level)), 0, mid, high))
+            lo, hi = (mid, hi) if high else (lo, mid)
+        stones.append(Tombstone(60 + k, 2, (lo, 0), (hi, 0.5), tuple(path)))
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), tuple(stones)), 1.0)
+    lookups = [m for _, m in wire.take(Lookup)]
+    assert any(m.point[0] >= 50 and m.point[1] >= 0.5 for m in lookups)  # into S's part
+    s = PeerInfo(51, "10.0.0.51", 7000, 1, (90.0, 0.8), (50.0, 0.5), (100, 1), (RIGHT, upper))
+    a.handle_message(s.id, (s.host, s.port), Update(s, (), ()), 1.2)  # S answers
+    for now in (3.0, 3.5, 5.0):
+        a.handle_timer(now)
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))  # S takes its dead half, not A
