@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -223,3 +224,13 @@ def test_a_crowded_build_completes_within_a_minute(tmp_path):
     summary = json.loads((run_small(tmp_path, "crowded", short) / "summary.json").read_text())
     assert summary["invariants"]["by_check"][0]["members"] == 100
     assert summary["invariants"]["violations"] == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.name for p in (Path(__file__).parents[2] / "scripts" / "experiments").glob("*.toml")),
+)
+def test_the_bundled_specs_are_valid(name):
+    spec, _ = load_spec(Path(__file__).parents[2] / "scripts" / "experiments" / name)
+    hosts = spec.topology.hosts
+    assert spec.phases and (hosts is None or hosts >= max(p.count or 0 for p in spec.phases))
