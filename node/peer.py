@@ -70,6 +70,8 @@ class Peer:
             send=self._send,
             emit=self._events.append,
         )
+        self._rng = rng
+        self._anonymous = 0  # our sender id while we have no overlay id (drawn when first needed)
         self.prober = Prober(
             config.probe,
             rng=lambda: random.Random(rng.getrandbits(64)),
@@ -147,7 +149,7 @@ class Peer:
     def _send(self, addr: Address, message: Message) -> None:
         self._seq += 1
         try:
-            data = self._codec.encode(message, sender=self.can.id, seq=self._seq)
+            data = self._codec.encode(message, sender=self._sender_id(), seq=self._seq)
         except ValueError:
             self.counters["tx_oversized"] += 1
             return
@@ -158,6 +160,16 @@ class Peer:
         self.counters["tx"] += 1
         self.counters["tx_bytes"] += len(data)
         self.counters[f"tx.{type(message).__name__}"] += 1
+
+    def _sender_id(self) -> int:
+        """The overlay id, or before we have one a random id of our own: receivers
+        keep a replay window per sender id, and peers that all said 0 would
+        look like one peer replaying itself."""
+        if self.can.id:
+            return self.can.id
+        if not self._anonymous:
+            self._anonymous = self._rng.getrandbits(48) | 1
+        return self._anonymous
 
     # -- introspection -----------------------------------------------------------------------------------
 

@@ -121,6 +121,14 @@ class Simulator:
             peer.leave(self.now)
             self._after(host)
 
+    def measure_rtt(self, host: int, target: int, samples: int | None = None) -> int | None:
+        """Have the peer at `host` measure RTTs to the peer at `target` (reported
+        as an "rtt" event with target = the target's host index)."""
+        peer = self.peers[host]
+        request = peer.measure_rtt(target, self.addresses[target], self.now, samples)
+        self._after(host)
+        return request
+
     # -- time ---------------------------------------------------------------------------------------
 
     def at(self, t: float, action: Callable[[], None]) -> None:

@@ -61,16 +61,12 @@ class Net:
 
 
 def peer(address, probe=None, seed=1):
-    p = Peer(
+    return Peer(
         NodeConfig(CAN, probe=probe or ProbeConfig()),
         address=address,
         point=(10.0, 0.5),
         rng=random.Random(seed),
     )
-    # Peers that never joined all send as id 0, and the receiver's replay window
-    # (per sender id) would take one's datagrams for replays of another's.
-    p.can.id = 100 + seed
-    return p
 
 
 def test_rtts_are_the_path_delays_and_every_sample_is_reported():
@@ -145,3 +141,29 @@ def test_probe_settings_travel_in_the_node_config_and_are_checked():
     data["probe"] = {"samples": 0}
     with pytest.raises(ValueError, match="probe.samples must be an integer"):
         config_from_dict(data)
+
+
+def test_in_the_simulator_rtts_follow_the_matrix_and_its_jitter():
+    from testbed.linkmodel import Jitter, LinkModel
+    from testbed.sim import Simulator
+
+    one_way = [[0.0, 0.010, 0.040], [0.030, 0.0, 0.005], [0.040, 0.005, 0.0]]
+    records: list[tuple[int, dict]] = []
+    sim = Simulator(
+        LinkModel(one_way),
+        seed=3,
+        ips=["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        observer=lambda host, record: records.append((host, record)),
+    )
+    for host in range(3):
+        sim.start_peer(host, NodeConfig(CAN), (10.0, 0.5))
+    sim.measure_rtt(0, 1, samples=3)
+    sim.run_until(5.0)
+    [(host, done)] = [(h, r) for h, r in records if r["kind"] == "rtt"]
+    assert host == 0 and done["target"] == 1 and done["rtts"] == pytest.approx([0.040] * 3)
+    sim.model.set_jitter(Jitter("uniform", width_ms=2.0))
+    sim.measure_rtt(0, 2, samples=50)
+    sim.run_until(10.0)
+    rtts = [r for h, r in records if r["kind"] == "rtt"][-1]["rtts"]
+    assert len(rtts) == 50 and min(rtts) >= 0.076 and max(rtts) <= 0.084
+    assert max(rtts) - min(rtts) > 0.002  # the jitter shows
