@@ -53,8 +53,10 @@ _CLOSE = 1e-9
 
 @dataclass(frozen=True)
 class DtmConfig:
-    simulated_joins: int = 2  # walks from random bases per join (seed 002: two)
+    simulated_joins: int = 1  # walks per join (seed 002: two; our second walk did not help)
     round_above: float | None = None  # Round variant: threshold in the matrix's unit (64 us)
+    every_point: bool = True  # choose among all places the walks saw, not only their ends
+    fit_leaf: bool = True  # leaf weight fitted to all measurements, not the base's alone
     branch_sample: int = 64  # branches tried at a vertex with more (a star of a whole cluster)
 
     def __post_init__(self) -> None:
@@ -261,7 +263,15 @@ class Dtm:
             vertex = self._new_vertex(-1, 0.0)
         else:
             base = self._vertex_host.get(self._root()) or self._order[0]
-            candidates = [self._descend(base, m, k > 0) for k in range(self.config.simulated_joins)]
+            candidates = []
+            for k in range(self.config.simulated_joins):
+                walk = self._descend(base, m, k > 0)
+                # The walk's end first: on a tie (a tree metric) it is the exact place.
+                candidates.append(walk[-1])
+                if self.config.every_point:
+                    candidates.extend(walk[:-1])
+            if self.config.fit_leaf:
+                candidates = [self._fit_leaf(cand, seen) for cand in candidates]
             v, depth, leaf = min(candidates, key=lambda cand: self._misfit(cand, seen))
             vertex = self._attach(v, depth, leaf)
         self._host_vertex[c] = vertex
@@ -277,7 +287,7 @@ class Dtm:
 
     def _descend(
         self, base: int, m: Callable[[int], float], shuffle: bool
-    ) -> tuple[int, float, float]:
+    ) -> list[tuple[int, float, float]]:
         """Walk the tree away from host `base` towards where c branches off.
 
         At each vertex, every branch but the one we came by is tried through one
@@ -285,13 +295,16 @@ class Dtm:
         g = (d_T(base, h) + d(base, c) - d(h, c)) / 2 is how far from the base
         the paths to h and to c run together. The branch with the largest g
         beyond the current vertex is followed; c hangs where no branch goes
-        further. Returns the attachment point (v, depth) and the leaf weight.
+        further. Returns the places the walk saw (each vertex passed, and where
+        each tried branch says c parts from it), its end last, as
+        (v, depth, leaf weight).
         """
         d_base = m(base)
         s = self._host_vertex[base]
         u, came, at = s, -1, 0.0  # current vertex, where we came from, its distance from s
         tolerance = _CLOSE * max(d_base, 1e-12)
         sample = self.config.branch_sample
+        seen: list[tuple[int, float, float]] = []
         while True:
             branches = self._branches(u, came, tolerance, shuffle)
             if len(branches) > sample:
@@ -299,18 +312,24 @@ class Dtm:
             best: tuple[int, int, float, float] | None = None
             for x, q, host, weight in branches:
                 g = (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
-                if g > at + tolerance and (best is None or g > best[2]):
-                    best = (x, q, g, weight)
+                if g > at + tolerance:
+                    seen.append(self._on_edge(x, q, min(g, at + weight) - at, d_base - g))
+                    if best is None or g > best[2]:
+                        best = (x, q, g, weight)
             if best is None:
-                return u, self._depth[u], max(0.0, d_base - at)
+                return [*seen, (u, self._depth[u], max(0.0, d_base - at))]
+            seen.append((u, self._depth[u], max(0.0, d_base - at)))
             x, q, g, weight = best
             if g >= at + weight - tolerance:
                 u, came, at = q, x, at + weight
                 continue
-            # c leaves the tree inside the edge x - q, g - at from x.
-            if q == self._parent[x]:
-                return x, self._depth[x] - (g - at), max(0.0, d_base - g)
-            return q, self._depth[x] + (g - at), max(0.0, d_base - g)
+            return [*seen, self._on_edge(x, q, g - at, d_base - g)]
+
+    def _on_edge(self, x: int, q: int, along: float, leaf: float) -> tuple[int, float, float]:
+        """The point `along` from x towards its neighbour q, with a leaf of that weight."""
+        if q == self._parent[x]:
+            return x, self._depth[x] - along, max(0.0, leaf)
+        return q, self._depth[x] + along, max(0.0, leaf)
 
     def _branches(
         self, u: int, came: int, tolerance: float, shuffle: bool
@@ -368,6 +387,24 @@ class Dtm:
                     return self._rep[q]
             child, p = p, self._parent[p]
         return None
+
+    def _fit_leaf(
+        self, candidate: tuple[int, float, float], seen: dict[int, float]
+    ) -> tuple[int, float, float]:
+        """The leaf weight that best fits every measurement from this point: the
+        median, weighted by 1/d, of d(c, m) - d_T(point, m) (least relative error)."""
+        v, depth, _ = candidate
+        gaps = sorted(
+            (d - self._distance_from_point(v, depth, self._host_vertex[other]), 1 / max(d, 1e-12))
+            for other, d in seen.items()
+        )
+        half = sum(w for _, w in gaps) / 2
+        acc = 0.0
+        for gap, weight in gaps:
+            acc += weight
+            if acc >= half:
+                return v, depth, max(0.0, gap)
+        return candidate
 
     def _misfit(self, candidate: tuple[int, float, float], seen: dict[int, float]) -> float:
         """How badly c's tree distances from this attachment fit what c measured."""

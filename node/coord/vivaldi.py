@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Coordinate", "Vivaldi", "VivaldiConfig"]
@@ -103,17 +103,17 @@ class Vivaldi:
 
 
 def embed(
-    rtt: Sequence[Sequence[float]],
+    n: int,
     rounds: int,
+    measure: Callable[[int, int], float],
     config: VivaldiConfig,
     rng: random.Random,
     neighbours: Sequence[Sequence[int]] | None = None,
 ) -> list[Coordinate]:
-    """Run Vivaldi over a whole matrix: each round one random node samples one
-    peer (random among all, or among `neighbours[i]`) and adjusts. Returns every
-    node's coordinate. The simulator's reference run (seed 002 counts rounds
-    this way: Table 5.1, 5.3)."""
-    n = len(rtt)
+    """Run Vivaldi over n nodes: each round one random node i samples one peer j
+    (random among all, or among `neighbours[i]`) through `measure(i, j)` and
+    adjusts. Returns every node's coordinate. Seed 002 counts rounds this way
+    (Tables 5.1 and 5.3)."""
     nodes = [Vivaldi(config, random.Random(rng.getrandbits(64))) for _ in range(n)]
     for _ in range(rounds):
         i = rng.randrange(n)
@@ -125,5 +125,5 @@ def embed(
         else:
             j = rng.randrange(n - 1)
             j += j >= i
-        nodes[i].observe(rtt[i][j], nodes[j].coord)
+        nodes[i].observe(measure(i, j), nodes[j].coord)
     return [node.coord for node in nodes]

@@ -15,6 +15,7 @@ from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.simplex import minimize
 from node.coord.vivaldi import Coordinate, Vivaldi, VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, relative_errors
+from testbed.predict import Noise, Oracle, predict
 
 
 def euclidean(n: int, dims: int, seed: int) -> list[list[float]]:
@@ -38,10 +39,12 @@ def test_simplex_finds_the_minimum_of_rosenbrock():
 def test_vivaldi_embeds_euclidean_points_and_improves_with_rounds():
     d = euclidean(60, 5, seed=1)
     few = relative_errors(
-        np.array(d), predicted(embed(d, 20 * 60, VivaldiConfig(), random.Random(2)))
+        np.array(d),
+        predicted(embed(60, 20 * 60, lambda i, j: d[i][j], VivaldiConfig(), random.Random(2))),
     )
     many = relative_errors(
-        np.array(d), predicted(embed(d, 2000 * 60, VivaldiConfig(), random.Random(2)))
+        np.array(d),
+        predicted(embed(60, 2000 * 60, lambda i, j: d[i][j], VivaldiConfig(), random.Random(2))),
     )
     assert many.p99 < 0.01 and many.p99 < few.p99 / 10
 
@@ -50,8 +53,10 @@ def test_vivaldi_heights_absorb_an_access_link():
     # Every host sits 20 ms behind its access link: d = |x - y| + 20 + 20. Heights fit that.
     flat = euclidean(40, 2, seed=3)
     d = [[v + 40 if i != j else 0 for j, v in enumerate(row)] for i, row in enumerate(flat)]
-    with_height = embed(d, 3000 * 40, VivaldiConfig(dims=2, height=True), random.Random(4))
-    without = embed(d, 3000 * 40, VivaldiConfig(dims=2), random.Random(4))
+    with_height = embed(
+        40, 3000 * 40, lambda i, j: d[i][j], VivaldiConfig(dims=2, height=True), random.Random(4)
+    )
+    without = embed(40, 3000 * 40, lambda i, j: d[i][j], VivaldiConfig(dims=2), random.Random(4))
     assert relative_errors(np.array(d), predicted(with_height)).p95 < 0.02
     assert relative_errors(np.array(d), predicted(without)).p95 > 0.05
     assert 15 < sorted(c.height for c in with_height)[20] < 25
@@ -136,10 +141,15 @@ def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:
     return dtm
 
 
-def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins():
+@pytest.mark.parametrize(
+    "config",
+    [DtmConfig(), DtmConfig(simulated_joins=2), DtmConfig(every_point=False, fit_leaf=False)],
+    ids=["default", "two-walks", "sequoia-plain"],
+)
+def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins(config):
     d = tree_metric(120, seed=3)
     for seed in (1, 2):
-        dtm = build(d, DtmConfig(), seed)
+        dtm = build(d, config, seed)
         assert np.abs(dtm.predict_all(list(range(120))) - d).max() < 1e-9
         assert sum(dtm.measurements.values()) < 120 * 119 / 4  # far from all pairs
     dtm.rejoin_all(lambda a, b: float(d[a, b]))
@@ -169,3 +179,29 @@ def test_dtm_round_variant_and_bad_measurements():
         dtm.join(2, lambda a, b: math.nan)
     with pytest.raises(ValueError, match="already joined"):
         dtm.join(1, lambda a, b: 1.0)
+
+
+def test_predict_pools_seeds_and_counts_probes():
+    d = tree_metric(60, seed=8)
+    result = predict(d, "dtm", [1, 2, 3], boundary=5.0)
+    assert result.max < 1e-9 and len(result.per_seed) == 3
+    assert 0 < result.probes_per_host < 59  # fewer than measuring everyone
+    assert result.boundary == {"positive": 0.0, "negative": 0.0}
+    euclid = np.array(euclidean(40, 5, seed=9))
+    gnp = predict(euclid, "gnp", [1])
+    assert gnp.p99 < 1e-3 and gnp.probes_per_host == pytest.approx((34 * 6 + 6 * 5) / 40)
+    with pytest.raises(ValueError, match="unknown technique"):
+        predict(euclid, "sequoia", [1])
+
+
+def test_the_lowest_quartile_filter_removes_spikes():
+    rtt = np.full((2, 2), 10.0)
+    spiky = Noise(sigma=0.01, spike=0.3, spike_scale=5.0)
+    mean = Oracle(rtt, spiky, samples=16, how="mean", rng=random.Random(1))
+    quartile = Oracle(rtt, spiky, samples=16, how="lowest_quartile", rng=random.Random(1))
+    errors_mean = [abs(mean(0, 1) - 10) for _ in range(200)]
+    errors_quartile = [abs(quartile(0, 1) - 10) for _ in range(200)]
+    assert sum(errors_quartile) < sum(errors_mean) / 5
+    assert mean.probes[0] == 16 * 200
+    with pytest.raises(ValueError, match="noise.spike is a probability"):
+        Noise(spike=2.0)
