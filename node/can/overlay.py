@@ -201,6 +201,17 @@ class _Command:
     serve_by: float = math.inf  # after this the joiner has given up waiting for us
 
 
+@dataclass(frozen=True)
+class _Taken:
+    """A takeover we made: the other subtree's box, our zone before, and the
+    instance after (it can be undone while our zone stays as it made it)."""
+
+    box: tuple[tuple[float, ...], tuple[float, ...]]
+    before: tuple[tuple[float, ...], tuple[float, ...], tuple[PathEntry, ...]]
+    instance: int
+    until: float
+
+
 @dataclass
 class _QueuedJoin:
     """A JoinRequest for our zone, kept until the neighbourhood lets us split for it."""
@@ -276,6 +287,7 @@ class CanOverlay:
         # split id -> when the look into its dead other subtree ends (_checked)
         self._checks: dict[int, float] = {}
         self._checks_run = -math.inf  # checks that ended before this were acted on
+        self._taken: list[_Taken] = []  # our recent takeovers (_give_back)
         self.invalid_news = 0
         self._next_update = math.inf
         self._join_req = 0
@@ -843,6 +855,8 @@ class CanOverlay:
             self._recompute_direct(now)
         elif learned:
             self._refresh_direct(learned, now)
+        if learned and self._taken:
+            self._give_back(now)
         if changed or learned:
             self._repair(now)
         if update.neighbors and sender not in self.direct and self.lo:
@@ -1445,13 +1459,43 @@ class CanOverlay:
                 for info in self._their_neighbors.pop(member, ()):
                     self._learn(info, now)
             volume = self.space.volume(self.lo, self.hi)
+            before = (self.lo, self.hi, self.path)
             path = tuple(e for e in self.path if e.sid != entry.sid)
             self._set_zone(lo, hi, path, "takeover", now)
+            self._taken.append(
+                _Taken(
+                    (tuple(blo), tuple(bhi)),
+                    before,
+                    self.instance,
+                    now + self.config.tombstone_ttl_s,
+                )
+            )
             self._emit(TookOver(now, members, self.space.volume(self.lo, self.hi) - volume))
             self._send_updates(now)
             self._checks.pop(entry.sid, None)
             return True
         return False
+
+    def _give_back(self, now: float) -> None:
+        """Undo our last takeover if it was wrong: a live zone we did not know of
+        lies in the subtree we took from (by the takeover rule, that subtree
+        repairs itself: its survivor takes what we took, or has taken it
+        already and overlaps us). Only while our zone is still what the
+        takeover made it."""
+        self._taken = [t for t in self._taken if now < t.until and t.instance == self.instance]
+        if not self._taken:
+            return
+        taken = self._taken[-1]
+        blo, bhi = taken.box
+        for known in self.known.values():
+            info = known.info
+            if info.lo and contained(info.lo, info.hi, blo, bhi):
+                lo, hi, path = taken.before
+                self._taken.pop()
+                self._set_zone(lo, hi, path, "gave back", now)
+                self._emit(Inconsistent(now, "took over a live subtree: gave it back", [info.id]))
+                self._send_updates(now)
+                return
 
     def _checked(
         self,
@@ -1620,6 +1664,8 @@ class CanOverlay:
         if hop == -1:
             if self._learn(origin, now, direct=True):
                 self._recompute_direct(now)
+                if self._taken:
+                    self._give_back(now)
             self._send((origin.host, origin.port), Update(self.info(), (), ()))
             return
         if hop is None or lookup.hops >= self.config.max_hops:

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from node.events import TookOver
+from node.events import Inconsistent, TookOver
 from node.wire import Lookup, PathEntry, PeerInfo, Tombstone, Update
 from tests.unit.test_can_conflicts import CONFIG, SPACE, overlay
 
@@ -109,3 +109,27 @@ def test_the_look_covers_parts_of_the_subtree_nobody_known_holds():
     for now in (3.0, 3.5, 5.0):
         a.handle_timer(now)
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))  # S takes its dead half, not A
+
+
+def test_a_takeover_of_a_live_subtree_is_given_back_when_its_owner_shows_up():
+    # The look found nobody (S's answer was lost), A took the slab; S's news
+    # arrives later: A returns to its zone and path of before, S keeps the slab.
+    a, wire = member_a()
+    hear_of_the_deaths(a, 1.0)
+    a.handle_timer(1.0 + CONFIG.propose_timeout_s)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))  # taken
+    a.handle_message(S.id, (S.host, S.port), Update(S, (), ()), 3.5)
+    assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 0.5), A_PATH)
+    [event] = [e for e in wire.events if isinstance(e, Inconsistent)]
+    assert event.peers == [S.id]
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 4.0)  # later news: no flapping
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
+
+
+def test_a_zone_that_changed_since_its_takeover_is_kept():
+    a, _ = member_a()
+    hear_of_the_deaths(a, 1.0)
+    a.handle_timer(1.0 + CONFIG.propose_timeout_s)
+    a.instance += 1  # as if it had split or taken more since
+    a.handle_message(S.id, (S.host, S.port), Update(S, (), ()), 3.5)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
