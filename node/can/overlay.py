@@ -855,7 +855,7 @@ class CanOverlay:
             self._recompute_direct(now)
         elif learned:
             self._refresh_direct(learned, now)
-        if learned and self._taken:
+        if self._taken:
             self._give_back(now)
         if changed or learned:
             self._repair(now)
@@ -1477,19 +1477,26 @@ class CanOverlay:
         return False
 
     def _give_back(self, now: float) -> None:
-        """Undo our last takeover if it was wrong: a live zone we did not know of
-        lies in the subtree we took from (by the takeover rule, that subtree
-        repairs itself: its survivor takes what we took, or has taken it
-        already and overlaps us). Only while our zone is still what the
-        takeover made it."""
+        """Undo our last takeover if it was wrong: a live zone we did not know of,
+        inside the subtree we took from, overlaps us (that subtree's survivor
+        took what we took: by the takeover rule the subtree repairs itself).
+        Only on first-hand news of it (a stale summary may be of a dead node,
+        and giving back then would leave a gap), and only while our zone is
+        still what the takeover made it."""
         self._taken = [t for t in self._taken if now < t.until and t.instance == self.instance]
         if not self._taken:
             return
         taken = self._taken[-1]
         blo, bhi = taken.box
+        recent = now - self.config.update_interval_s
         for known in self.known.values():
             info = known.info
-            if info.lo and contained(info.lo, info.hi, blo, bhi):
+            if (
+                known.direct_at >= recent  # first-hand: third-party news may be of the dead
+                and info.lo
+                and contained(info.lo, info.hi, blo, bhi)
+                and overlap(info.lo, info.hi, self.lo, self.hi)
+            ):
                 lo, hi, path = taken.before
                 self._taken.pop()
                 self._set_zone(lo, hi, path, "gave back", now)

@@ -118,7 +118,13 @@ def test_a_takeover_of_a_live_subtree_is_given_back_when_its_owner_shows_up():
     hear_of_the_deaths(a, 1.0)
     a.handle_timer(1.0 + CONFIG.propose_timeout_s)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))  # taken
-    a.handle_message(S.id, (S.host, S.port), Update(S, (), ()), 3.5)
+    taker = PeerInfo(S.id, S.host, S.port, 3, S.point, (75.0, 0), (100, 1), Y_PATH)  # took Y
+    third = PeerInfo(70, "10.0.0.70", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), (RIGHT,))
+    # Second-hand news of it does not count (it may be of a dead node) ...
+    a.handle_message(third.id, (third.host, third.port), Update(third, (taker,), ()), 3.4)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
+    # ... nor a live zone in the subtree that does not overlap us (third's); S's own word does.
+    a.handle_message(S.id, (S.host, S.port), Update(taker, (), ()), 3.5)
     assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 0.5), A_PATH)
     [event] = [e for e in wire.events if isinstance(e, Inconsistent)]
     assert event.peers == [S.id]
@@ -131,5 +137,6 @@ def test_a_zone_that_changed_since_its_takeover_is_kept():
     hear_of_the_deaths(a, 1.0)
     a.handle_timer(1.0 + CONFIG.propose_timeout_s)
     a.instance += 1  # as if it had split or taken more since
-    a.handle_message(S.id, (S.host, S.port), Update(S, (), ()), 3.5)
+    taker = PeerInfo(S.id, S.host, S.port, 3, S.point, (75.0, 0), (100, 1), Y_PATH)
+    a.handle_message(S.id, (S.host, S.port), Update(taker, (), ()), 3.5)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
