@@ -131,7 +131,9 @@ def test_jitter_spreads_delays_around_the_matrix_value(wan):
         return q50
 
     try:
-        settles_near(centre, 80.0, 0.8, "median RTT h1<->h5 with jitter (ms)")
+        # the project's fidelity bound, as for every RTT: 300 probes at 1,000/s all
+        # held by the engine run about 1 ms late on a loaded CI machine
+        settles_near(centre, 80.0, bound_ms(80.0), "median RTT h1<->h5 with jitter (ms)")
     finally:
         wan.set_jitter(None)
     # two independent N(0, 3 ms) draws per round trip
