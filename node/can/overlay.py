@@ -185,7 +185,8 @@ class Status:
 class _Known:
     info: PeerInfo
     heard_at: float  # last time any news of it arrived
-    direct_at: float = -math.inf  # last time it spoke to us itself
+    direct_at: float = -math.inf  # last time it spoke to us, or became our neighbour (suspicion)
+    spoke_at: float = -math.inf  # last time it spoke to us itself (only that)
 
 
 @dataclass
@@ -203,12 +204,14 @@ class _Command:
 
 @dataclass(frozen=True)
 class _Taken:
-    """A takeover we made: the other subtree's box, our zone before, and the
-    instance after (it can be undone while our zone stays as it made it)."""
+    """A takeover we made: the other subtree's box, our zone before and after
+    (it can be undone while our zone stays as it made it: a proposal bumps
+    the instance but not the zone, the prune rule the path but not the box),
+    and until when (the dead members' tombstones, which stop their news)."""
 
     box: tuple[tuple[float, ...], tuple[float, ...]]
     before: tuple[tuple[float, ...], tuple[float, ...], tuple[PathEntry, ...]]
-    instance: int
+    after: tuple[tuple[float, ...], tuple[float, ...], tuple[PathEntry, ...]]
     until: float
 
 
@@ -381,14 +384,17 @@ class CanOverlay:
             if known is not None and info.id in self.busy and info.instance > self.busy[info.id][0]:
                 del self.busy[info.id]  # a newer instance closes its outstanding command
             self.known[info.id] = _Known(
-                info, now, now if direct else (known.direct_at if known else -math.inf)
+                info,
+                now,
+                now if direct else (known.direct_at if known else -math.inf),
+                now if direct else (known.spoke_at if known else -math.inf),
             )
             self._regions = None
             return newer
         if info.instance == known.info.instance:
             known.heard_at = now
         if direct:
-            known.direct_at = now
+            known.direct_at = known.spoke_at = now
         return False
 
     def _bury(self, info: PeerInfo | Tombstone, now: float, reason: str) -> None:
@@ -740,7 +746,7 @@ class CanOverlay:
             return None
         known = self.known.get(sender)
         if known is not None:
-            known.direct_at = now  # any datagram is a sign of life
+            known.direct_at = known.spoke_at = now  # any datagram is a sign of life
         if sender in self.tombstones and not isinstance(message, JoinRequest):
             # seed 002 §6.1: news from a node we buried is stale; tell it.
             self._send(addr, Evicted(self.tombstones[sender][0].instance))
@@ -1260,7 +1266,7 @@ class CanOverlay:
             joiner_path,
         )
         self._set_zone(lo, hi, (*self.path, PathEntry(sid, dim, pos, mine_upper)), "split", now)
-        self.known[joiner.id] = _Known(new_joiner, now, now)
+        self.known[joiner.id] = _Known(new_joiner, now, now, now)  # it asked us itself
         self._recent_joiners[joiner.id] = now
         self._recompute_direct(now)
         # What we know, as summaries against the joiner's path, those next to
@@ -1462,12 +1468,13 @@ class CanOverlay:
             before = (self.lo, self.hi, self.path)
             path = tuple(e for e in self.path if e.sid != entry.sid)
             self._set_zone(lo, hi, path, "takeover", now)
+            stones = [self.tombstones[m][1] for m in members if m in self.tombstones]
             self._taken.append(
                 _Taken(
                     (tuple(blo), tuple(bhi)),
                     before,
-                    self.instance,
-                    now + self.config.tombstone_ttl_s,
+                    (self.lo, self.hi, self.path),
+                    min([now + self.config.tombstone_ttl_s, *stones]),
                 )
             )
             self._emit(TookOver(now, members, self.space.volume(self.lo, self.hi) - volume))
@@ -1483,7 +1490,8 @@ class CanOverlay:
         Only on first-hand news of it (a stale summary may be of a dead node,
         and giving back then would leave a gap), and only while our zone is
         still what the takeover made it."""
-        self._taken = [t for t in self._taken if now < t.until and t.instance == self.instance]
+        zone = (self.lo, self.hi, self.path)
+        self._taken = [t for t in self._taken if now < t.until and t.after == zone]
         if not self._taken:
             return
         taken = self._taken[-1]
@@ -1492,7 +1500,7 @@ class CanOverlay:
         for known in self.known.values():
             info = known.info
             if (
-                known.direct_at >= recent  # first-hand: third-party news may be of the dead
+                known.spoke_at >= recent  # first-hand: third-party news may be of the dead
                 and info.lo
                 and contained(info.lo, info.hi, blo, bhi)
                 and overlap(info.lo, info.hi, self.lo, self.hi)

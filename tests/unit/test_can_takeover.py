@@ -132,11 +132,52 @@ def test_a_takeover_of_a_live_subtree_is_given_back_when_its_owner_shows_up():
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
 
 
+def took_over(a, now: float = 1.0) -> None:
+    hear_of_the_deaths(a, now)
+    a.handle_timer(now + CONFIG.propose_timeout_s)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
+
+
+S_TOOK_Y = PeerInfo(S.id, S.host, S.port, 3, S.point, (75.0, 0), (100, 1), Y_PATH)
+
+
 def test_a_zone_that_changed_since_its_takeover_is_kept():
     a, _ = member_a()
-    hear_of_the_deaths(a, 1.0)
-    a.handle_timer(1.0 + CONFIG.propose_timeout_s)
-    a.instance += 1  # as if it had split or taken more since
-    taker = PeerInfo(S.id, S.host, S.port, 3, S.point, (75.0, 0), (100, 1), Y_PATH)
-    a.handle_message(S.id, (S.host, S.port), Update(taker, (), ()), 3.5)
+    took_over(a)
+    split = (*A_PATH[1:], PathEntry(9, 0, 75.0, False))
+    a._set_zone((0, 0), (75.0, 0.5), split, "split", 3.0)  # as if it had split for a joiner
+    a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), 3.5)
+    assert (a.lo, a.hi, a.path) == ((0, 0), (75.0, 0.5), split)
+
+
+def test_a_proposal_since_the_takeover_does_not_stop_the_give_back():
+    a, _ = member_a()
+    took_over(a)
+    a.instance += 1  # a proposal bumps the instance; the zone is still the takeover's
+    a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), 3.5)
+    assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 0.5), A_PATH)
+
+
+def test_a_neighbour_known_second_hand_is_not_first_hand_news():
+    # A hears of S only from summaries: first S's zone as it borders A's new
+    # zone (a new neighbour gets a suspicion grace period, which is not S
+    # speaking), then S's takeover of Y, which overlaps A.
+    a, _ = member_a()
+    took_over(a)
+    third = PeerInfo(70, "10.0.0.70", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), (RIGHT,))
+    s_before = PeerInfo(S.id, S.host, S.port, 2, S.point, S.lo, S.hi, S.path)
+    a.handle_message(third.id, (third.host, third.port), Update(third, (s_before,), ()), 3.4)
+    assert S.id in a.direct
+    a.handle_message(third.id, (third.host, third.port), Update(third, (S_TOOK_Y,), ()), 3.6)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
+
+
+def test_the_give_back_ends_with_the_tombstones_behind_it():
+    # After the dead members' tombstones expire nobody would take back what A
+    # gives back: a gap. So the record lives no longer than those tombstones.
+    a, _ = member_a()
+    took_over(a)
+    late = 1.0 + CONFIG.tombstone_ttl_s + 0.1  # tombstones learned at 1.0
+    assert late < 1.0 + CONFIG.propose_timeout_s + CONFIG.tombstone_ttl_s
+    a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), late)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
