@@ -451,12 +451,16 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 )
 @_handled
 def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
-    """Run an experiment spec; prints the run folder as its last line."""
+    """Run an experiment spec (an overlay experiment, or kind = "predict"); prints
+    the run folder as its last line."""
     from testbed.experiment import run_experiment
-    from testbed.spec import load_spec
+    from testbed.spec import PredictSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
-    spec, data = load_spec(spec_path, extra)
+    spec, data = load_any_spec(spec_path, extra)
+    if isinstance(spec, PredictSpec):
+        print(_run_prediction(spec, data, out))
+        return
     phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
     for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
         phases.add_column(col)
@@ -483,6 +487,112 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
         run_dir = run_experiment(spec, data, out=out, on_phase=on_phase)
     err_console.print(phases)
     print(run_dir)
+
+
+def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
+    """Run a prediction spec with a progress bar; print its table; return the run folder."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from testbed.predict import run_prediction
+
+    seeds = spec.seed_list()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=not err_console.is_terminal,
+    ) as progress:
+        task = progress.add_task(
+            f"{spec.name}: {len(spec.techniques)} technique(s) x {len(seeds)} seed(s)",
+            total=len(spec.techniques) * len(seeds),
+        )
+
+        def on_result(result: dict[str, Any]) -> None:
+            progress.advance(task)
+            progress.console.print(
+                f"  {result['technique']} seed {result['seed']}: p50 {result['p50']:.3f} "
+                f"p95 {result['p95']:.3f} p99 {result['p99']:.3f}, "
+                f"{result['probes_per_host']:.0f} samples/host, {result['cpu_s']:.0f} s",
+                highlight=False,
+            )
+
+        run_dir = run_prediction(spec, data, out=out, on_result=on_result)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    console.print(prediction_table(summary))
+    return run_dir
+
+
+def prediction_table(summary: dict[str, Any]) -> Table:
+    """Our percentiles per technique, the thesis's beside them when the spec names its table."""
+    paper = summary.get("paper") or {}
+    rows = paper.get("rows", {})
+    boundary = paper.get("table") == "5.6"
+    title = f"{summary['name']}: {summary['hosts']} hosts, {len(summary['seeds'])} seed(s)"
+    if paper:
+        title += f"; thesis Table {paper['table']}: {paper['source']}"
+    table = Table(title=title)
+    table.add_column("technique", no_wrap=True)
+    columns = ("positive", "negative") if boundary else ("p50", "p95", "p99", "max")
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+        if rows:
+            table.add_column("thesis", justify="right", style="dim", no_wrap=True)
+    table.add_column("samples/host", justify="right", no_wrap=True)
+    for name, result in summary["prediction"].items():
+        ours = (
+            [result["boundary"][c] for c in columns] if boundary else [result[c] for c in columns]
+        )
+        theirs = rows.get(name)
+        cells = [name]
+        for k, value in enumerate(ours):
+            cells.append(f"{value:.3g}" if boundary else f"{value:,.3f}")
+            if rows:
+                cells.append("" if theirs is None else f"{theirs[k]:,.3g}")
+        cells.append(f"{result['probes_per_host']:,.0f}")
+        table.add_row(*cells)
+    return table
+
+
+# The bundled spec behind each of seed 002's prediction tables.
+TABLE_SPECS = {
+    "5.2": "predict-planetlab-sim.toml",
+    "5.4": "predict-sharcnet-sim.toml",
+    "5.5": "predict-sharcnet-dtm-variants.toml",
+    "5.6": "predict-sharcnet-dtm-variants.toml",
+}
+
+
+@cli.command(name="table")
+@click.argument("number", type=click.Choice(sorted(TABLE_SPECS)))
+@click.option(
+    "--seeds", type=click.IntRange(min=1), default=None, help="Seeds 1..N (default: the spec's)."
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a field of the table's spec, e.g. --set topology.ref=my-matrix.txt.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run folder (default runs/<name>-<timestamp>).",
+)
+@_handled
+def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path | None) -> None:
+    """Reproduce one of seed 002's latency prediction tables (5.2, 5.4, 5.5, 5.6) in the
+    simulator, with the thesis's figures beside ours. Table 5.2 was measured on UMIACS
+    (151 hosts), which is not public: ours runs on PlanetLab's 490 hosts."""
+    from testbed.spec import load_any_spec
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "experiments" / TABLE_SPECS[number]
+    extra = [f'paper="{number}"', *([f"seeds={seeds}"] if seeds else []), *overrides]
+    spec, data = load_any_spec(path, extra)
+    print(_run_prediction(spec, data, out))
 
 
 # -- fuzz ----------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from node.can.geometry import Dimension, Space, abutment
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
-from testbed.runs import JsonLog, new_run_dir, write_json
+from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import Topology, load_topology
 
@@ -135,7 +135,7 @@ def run_experiment(
     topology = select_topology(spec)
     config = build_node_config(spec.node)
     run_dir = new_run_dir(spec.name, out)
-    (run_dir / "spec.toml").write_text(tomli_w.dumps(_strip_none(data)))
+    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     if make_engine is None:
         if spec.engine == "sim":
             from testbed.sim._driver import SimEngine
@@ -313,14 +313,6 @@ def _act(
     else:
         engine.crash(host)
         expected.discard(host)
-
-
-def _strip_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_strip_none(v) for v in value]
-    return value
 
 
 def load_checks(run_dir: Path) -> list[dict[str, Any]]:

@@ -9,19 +9,39 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import tomli_w
 
 from node.coord.dtm import Dtm, DtmConfig
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, relative_errors
+from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
+from testbed.topology import load_topology
 
-__all__ = ["PAPER", "Noise", "Oracle", "PredictionResult", "predict"]
+if TYPE_CHECKING:
+    from testbed.spec import PredictSpec, Technique
+
+__all__ = [
+    "PAPER",
+    "PAPER_BOUNDARY",
+    "Noise",
+    "Oracle",
+    "PredictionResult",
+    "predict",
+    "run_prediction",
+]
 
 # The thesis's figures (seed 002): relative error p50, p95, p99, max.
 PAPER = {
@@ -217,3 +237,252 @@ def predict(
             "negative": float(np.mean([r["negative"] for r in rates])),
         }
     return result
+
+
+# -- prediction specs (kind = "predict"): testbed run ---------------------------------------------
+
+# Where each of the thesis's tables came from, for the printout beside ours.
+PAPER_SOURCE = {
+    "5.2": "UMIACS, 151 hosts (MPI all-to-all)",
+    "5.4": "SHARCNET-style, 2,091 hosts",
+    "5.5": "SHARCNET-style, 2,091 hosts",
+    "5.6": "SHARCNET-style, 2,091 hosts, 10 us boundary",
+}
+
+
+def _vivaldi_rounds(rounds: int | str, n: int) -> int:
+    if rounds == "n2":
+        return n * n
+    if rounds == "nlogn":
+        return max(1, round(n * math.log2(n)))
+    return int(rounds)
+
+
+def _neighbours(rtt: np.ndarray, k: int, nearby: int, rng: random.Random) -> list[list[int]]:
+    """Each host's k fixed Vivaldi neighbours: its `nearby` closest, the rest at random."""
+    n = len(rtt)
+    out = []
+    for i in range(n):
+        close = [int(j) for j in np.argsort(rtt[i], kind="stable") if j != i][:nearby]
+        others = [j for j in range(n) if j != i and j not in close]
+        out.append(close + rng.sample(others, min(k - len(close), len(others))))
+    return out
+
+
+def run_technique(
+    rtt: np.ndarray, tech: Technique, seed: int, noise: Noise, boundary: float | None
+) -> dict[str, Any]:
+    """One technique, one seed, on the matrix `rtt` (ms): the relative errors of
+    all unordered pairs (float32), the samples each host sent, Table 5.6's rates."""
+    from testbed.spec import DtmTechnique, GnpTechnique  # the spec module imports us
+
+    n = len(rtt)
+    kind = type(tech).__struct_config__.tag
+    rng = random.Random(f"{kind}/{seed}")
+    oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
+    started = time.process_time()
+    if isinstance(tech, DtmTechnique):
+        config = DtmConfig(
+            simulated_joins=tech.simulated_joins,
+            round_above=tech.round_above_ms,
+            branch_sample=tech.branch_sample,
+        )
+        predicted = _dtm(n, oracle, rng, config, tech.rejoin)
+    elif isinstance(tech, GnpTechnique):
+        config = GnpConfig(
+            dims=tech.dims,
+            landmarks=tech.landmarks,
+            landmark_starts=tech.landmark_starts,
+            host_starts=tech.host_starts,
+        )
+        predicted = _gnp(n, oracle, rng, config)
+    else:
+        config = VivaldiConfig(
+            dims=tech.dims, cc=tech.cc, ce=tech.ce, adaptive=tech.adaptive, height=tech.height
+        )
+        neighbours = (
+            _neighbours(rtt, tech.neighbours, tech.nearby, rng) if tech.neighbours else None
+        )
+        coords = embed(n, _vivaldi_rounds(tech.rounds, n), oracle, config, rng, neighbours)
+        vec = np.array([c.vec for c in coords])
+        height = np.array([c.height for c in coords])
+        predicted = (
+            np.sqrt(((vec[:, None, :] - vec[None, :, :]) ** 2).sum(-1))
+            + height[:, None]
+            + height[None, :]
+        )
+    upper = np.triu_indices(n, 1)
+    truth = ((rtt + rtt.T) / 2)[upper]
+    guess = ((predicted + predicted.T) / 2)[upper]
+    keep = truth > 0
+    errors = (np.abs(truth[keep] - guess[keep]) / truth[keep]).astype(np.float32)
+    result: dict[str, Any] = {
+        "technique": tech.name,
+        "seed": seed,
+        "errors": errors,
+        **relative_errors(rtt, predicted).as_dict(),
+        "probes_per_host": float(oracle.probes.mean()),
+        "probes_per_host_max": int(oracle.probes.max()),
+        "cpu_s": round(time.process_time() - started, 3),
+    }
+    if boundary is not None:
+        result["boundary"] = boundary_errors(rtt, predicted, boundary)
+    return result
+
+
+_SHARED: dict[str, Any] = {}  # the matrix, inherited by forked workers
+
+
+def _work(job: tuple[Technique, int, Noise, float | None]) -> dict[str, Any]:
+    return run_technique(_SHARED["rtt"], *job)
+
+
+def _results(
+    rtt: np.ndarray, jobs: list[tuple[Technique, int, Noise, float | None]], workers: int
+) -> Iterator[dict[str, Any]]:
+    if workers <= 1:
+        for job in jobs:
+            yield run_technique(rtt, *job)
+        return
+    _SHARED["rtt"] = rtt
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        try:
+            yield from pool.map(_work, jobs)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            raise
+
+
+def _pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    errors = np.concatenate([r["errors"] for r in runs])
+    p50, p95, p99 = (float(v) for v in np.percentile(errors, [50, 95, 99]))
+    out: dict[str, Any] = {
+        "p50": round(p50, 4),
+        "p95": round(p95, 4),
+        "p99": round(p99, 4),
+        "max": round(float(errors.max()), 4),
+        "runs": len(runs),
+        "probes_per_host": round(float(np.mean([r["probes_per_host"] for r in runs])), 1),
+        "probes_per_host_max": max(r["probes_per_host_max"] for r in runs),
+    }
+    if "boundary" in runs[0]:
+        out["boundary"] = {
+            side: float(np.mean([r["boundary"][side] for r in runs]))
+            for side in ("positive", "negative")
+        }
+    out["per_seed"] = [
+        {k: v for k, v in r.items() if k not in ("errors", "technique")} for r in runs
+    ]
+    return out
+
+
+def paper_rows(table: str) -> dict[str, tuple[float, ...]]:
+    """The thesis's figures for `table`: (p50, p95, p99, max), or for 5.6 (positive, negative)."""
+    if table == "5.6":
+        return dict(PAPER_BOUNDARY)
+    return dict(PAPER[table])
+
+
+def write_cdf(path: Path, errors: dict[str, np.ndarray], title: str) -> None:
+    """CDF plot of the relative errors, one line per technique (log x: tails reach 1e4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for name, values in errors.items():
+        q = np.linspace(0, 1, 1001)
+        x = np.quantile(values, q)
+        ax.step(np.maximum(x, 1e-4), q, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlim(1e-4, None)
+    ax.set_xlabel("relative error |actual - predicted| / actual")
+    ax.set_ylabel("fraction of pairs")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_prediction(
+    spec: PredictSpec,
+    data: dict[str, Any],
+    *,
+    out: str | Path | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run a prediction spec: every technique once per seed on the spec's matrix,
+    the seeds side by side on `spec.workers` processes. Writes spec.toml,
+    runs.jsonl (one line per technique and seed, as they finish),
+    summary.json (`prediction.<technique>.{p50,p95,p99,max}`, probes per host,
+    the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
+    interrupted run keeps what finished (status "interrupted")."""
+    seeds = spec.seed_list()
+    topology = (
+        load_topology(spec.topology.ref)
+        .select(
+            spec.topology.hosts,
+            pick=spec.topology.pick,
+            seed=seeds[0] if spec.topology.pick == "random" else None,
+        )
+        .scaled(spec.topology.scale)
+    )
+    rtt = np.array(topology.rtt_ms, dtype=np.float64)
+    run_dir = new_run_dir(spec.name, out)
+    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
+    noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
+    jobs = [(tech, seed, noise, spec.boundary_ms) for tech in spec.techniques for seed in seeds]
+    workers = min(spec.workers or os.cpu_count() or 1, len(jobs))
+    log = JsonLog(run_dir / "runs.jsonl")
+    done: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
+    status = "interrupted"
+    wall0 = time.monotonic()
+    try:
+        for result in _results(rtt, jobs, workers):
+            done[result["technique"]].append(result)
+            log.write("run", **{k: v for k, v in result.items() if k != "errors"})
+            if on_result is not None:
+                on_result(result)
+        status = "complete"
+    finally:
+        log.close()
+        summary: dict[str, Any] = {
+            "name": spec.name,
+            "kind": "predict",
+            "engine": spec.engine,
+            "status": status,
+            "hosts": len(rtt),
+            "topology": topology.source,
+            "seeds": seeds,
+            "workers": workers,
+            "wall_s": round(time.monotonic() - wall0, 3),
+            "prediction": {name: _pool(runs) for name, runs in done.items() if runs},
+        }
+        if spec.paper is not None:
+            summary["paper"] = {
+                "table": spec.paper,
+                "source": PAPER_SOURCE[spec.paper],
+                "rows": {k: list(v) for k, v in paper_rows(spec.paper).items()},
+            }
+        write_json(run_dir / "summary.json", summary)
+        pooled = {
+            name: np.concatenate([r["errors"] for r in runs]) for name, runs in done.items() if runs
+        }
+        if pooled:
+            q = np.linspace(0, 1, 1001)
+            table = np.column_stack([q, *(np.quantile(v, q) for v in pooled.values())])
+            np.savetxt(
+                run_dir / "cdf.csv",
+                table,
+                delimiter=",",
+                header="fraction," + ",".join(pooled),
+                comments="",
+                fmt="%.6g",
+            )
+            write_cdf(run_dir / "cdf.png", pooled, f"{spec.name}: {len(rtt)} hosts, seeds {seeds}")
+    return run_dir

@@ -12,7 +12,7 @@ from typing import Any
 
 from testbed.errors import InputError
 
-__all__ = ["JsonLog", "new_run_dir", "write_json"]
+__all__ = ["JsonLog", "new_run_dir", "strip_none", "write_json"]
 
 DEFAULT_RUNS_DIR = Path("runs")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -48,6 +48,15 @@ def new_run_dir(name: str, out: str | Path | None = None) -> Path:
         except FileExistsError:
             k += 1
             path = base.with_name(f"{base.name}-{k}")
+
+
+def strip_none(value: Any) -> Any:
+    """`value` without the None fields of its tables (TOML has no null)."""
+    if isinstance(value, dict):
+        return {k: strip_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [strip_none(v) for v in value]
+    return value
 
 
 def write_json(path: Path, data: Any) -> None:

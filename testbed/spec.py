@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,11 +20,17 @@ from testbed.errors import InputError
 
 __all__ = [
     "DimensionSpec",
+    "DtmTechnique",
     "ExperimentSpec",
+    "GnpTechnique",
     "NodeSpec",
+    "NoiseSpec",
     "PhaseSpec",
+    "PredictSpec",
     "TopologySpec",
+    "VivaldiTechnique",
     "apply_overrides",
+    "load_any_spec",
     "load_spec",
 ]
 
@@ -86,6 +93,7 @@ class PhaseSpec(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
+    kind: Literal["can"] = "can"
     name: str = "experiment"
     engine: Literal["sim", "emu"] = "sim"
     seed: int = 1
@@ -95,14 +103,18 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     routes_checked: int = 2000  # greedy routes the oracle follows at each check
 
 
+def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) -> None:
+    if topology.hosts is not None and topology.hosts < 1:
+        fail("topology.hosts", f"must be at least 1, not {topology.hosts}")
+    if not (math.isfinite(topology.scale) and topology.scale > 0):
+        fail("topology.scale", "must be a positive number")
+
+
 def _check(spec: ExperimentSpec, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
-    if spec.topology.hosts is not None and spec.topology.hosts < 1:
-        fail("topology.hosts", f"must be at least 1, not {spec.topology.hosts}")
-    if not (math.isfinite(spec.topology.scale) and spec.topology.scale > 0):
-        fail("topology.scale", "must be a positive number")
+    _check_topology(spec.topology, fail)
     names = [d.name for d in spec.node.dimensions]
     if not names or len(set(names)) != len(names):
         fail("node.dimensions", f"need distinct names, got {names}")
@@ -158,13 +170,151 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
-def _convert(data: dict[str, Any], source: str) -> ExperimentSpec:
+def _convert(data: dict[str, Any], source: str) -> ExperimentSpec | PredictSpec:
+    kind = data.get("kind", "can")
+    types = {"can": (ExperimentSpec, _check), "predict": (PredictSpec, _check_predict)}
+    if kind not in types:
+        raise InputError(
+            f"kind: expected 'can' (an overlay experiment) or 'predict', not {kind!r}",
+            source=source,
+        )
+    struct, check = types[kind]
     try:
-        spec = msgspec.convert(data, ExperimentSpec)
+        spec = msgspec.convert(data, struct)
     except msgspec.ValidationError as exc:
         raise InputError(f"invalid spec: {exc}", source=source) from None
-    _check(spec, source)
+    check(spec, source)
     return spec
+
+
+# -- latency prediction specs (kind = "predict") -------------------------------------------------
+
+Filter = Literal["mean", "median", "min", "lowest_quartile"]
+
+
+class _Technique(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind"):
+    name: str = ""  # the row's label (default: the kind)
+    samples: int = 1  # RTT samples per measurement ...
+    filter: Filter = "mean"  # ... and how they make one figure
+
+
+class DtmTechnique(_Technique, tag="dtm"):
+    simulated_joins: int = 1
+    branch_sample: int = 64
+    round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
+    rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
+
+
+class GnpTechnique(_Technique, tag="gnp"):
+    landmarks: int = 6
+    dims: int = 5
+    landmark_starts: int = 5
+    host_starts: int = 3
+
+
+class VivaldiTechnique(_Technique, tag="vivaldi"):
+    dims: int = 5
+    height: bool = False
+    adaptive: bool = True
+    cc: float = 0.25
+    ce: float = 0.25
+    # Rounds (one sample and one adjustment each): a number, or "n2" (n squared)
+    # or "nlogn" (n log2 n): seed 002's VIVALDI-n2 and VIVALDI-n log n.
+    rounds: int | Literal["n2", "nlogn"] = "nlogn"
+    neighbours: int | None = None  # None: each round samples any host; k: k fixed random ones
+    nearby: int = 0  # of those k, how many are the closest hosts (Vivaldi's "half nearby")
+
+
+Technique = DtmTechnique | GnpTechnique | VivaldiTechnique
+
+
+class NoiseSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """The simulator's measurement error (testbed.predict.Noise)."""
+
+    sigma: float = 0.0  # relative Gaussian error of every sample
+    spike: float = 0.0  # probability that a sample hits a busy host or path ...
+    spike_scale: float = 1.0  # ... and is delayed by a Pareto(2) multiple of this x RTT
+
+
+def _default_techniques() -> list[Technique]:
+    return [DtmTechnique(), GnpTechnique(), VivaldiTechnique()]
+
+
+class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
+    kind: Literal["predict"]
+    name: str = "predict"
+    engine: Literal["sim", "emu"] = "sim"
+    seeds: int | list[int] = 10  # a count (seeds 1..N) or the seeds themselves
+    topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
+    techniques: list[Technique] = msgspec.field(default_factory=_default_techniques)
+    noise: NoiseSpec = msgspec.field(default_factory=NoiseSpec)
+    boundary_ms: float | None = None  # Table 5.6's error rates at this cluster diameter
+    paper: Literal["5.2", "5.4", "5.5", "5.6"] | None = None  # the thesis's table to print beside
+    workers: int = 0  # processes running seeds side by side; 0: one per core
+
+    def seed_list(self) -> list[int]:
+        return list(range(1, self.seeds + 1)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def _check_predict(spec: PredictSpec, source: str) -> None:
+    def fail(field: str, reason: str) -> None:
+        raise InputError(f"{field}: {reason}", source=source)
+
+    _check_topology(spec.topology, fail)
+    if isinstance(spec.seeds, int) and spec.seeds < 1:
+        fail("seeds", f"need at least one seed, not {spec.seeds}")
+    if isinstance(spec.seeds, list) and (not spec.seeds or len(set(spec.seeds)) != len(spec.seeds)):
+        fail("seeds", f"need distinct seeds, got {spec.seeds}")
+    if spec.engine == "emu":
+        fail("engine", "prediction runs in the simulator for now ('sim'); see docs/prediction.md")
+    if not spec.techniques:
+        fail("techniques", "need at least one technique")
+    for tech in spec.techniques:
+        if not tech.name:
+            tech.name = type(tech).__struct_config__.tag
+    names = [t.name for t in spec.techniques]
+    if len(set(names)) != len(names):
+        fail("techniques", f"need distinct names, got {names}")
+    for k, tech in enumerate(spec.techniques):
+        where = f"techniques.{k} ({tech.name})"
+        if tech.samples < 1:
+            fail(f"{where}.samples", f"must be at least 1, not {tech.samples}")
+        if isinstance(tech, DtmTechnique):
+            if tech.simulated_joins < 1:
+                fail(f"{where}.simulated_joins", "must be at least 1")
+            if tech.branch_sample < 2:
+                fail(f"{where}.branch_sample", "must be at least 2")
+            if tech.round_above_ms is not None and not tech.round_above_ms > 0:
+                fail(f"{where}.round_above_ms", "must be a positive number of ms")
+        elif isinstance(tech, GnpTechnique):
+            if not 1 <= tech.dims <= 16:
+                fail(f"{where}.dims", f"must be within 1..16, not {tech.dims}")
+            if tech.landmarks < tech.dims + 1:
+                fail(f"{where}.landmarks", f"must be at least dims + 1 = {tech.dims + 1}")
+            if tech.landmark_starts < 1 or tech.host_starts < 1:
+                fail(where, "landmark_starts and host_starts must be at least 1")
+        else:
+            if not 1 <= tech.dims <= 64:
+                fail(f"{where}.dims", f"must be within 1..64, not {tech.dims}")
+            for name in ("cc", "ce"):
+                if not 0 < getattr(tech, name) <= 1:
+                    fail(f"{where}.{name}", "must be within (0, 1]")
+            if isinstance(tech.rounds, int) and tech.rounds < 1:
+                fail(f"{where}.rounds", 'must be at least 1, or "n2" or "nlogn"')
+            if tech.neighbours is not None and tech.neighbours < 1:
+                fail(f"{where}.neighbours", "must be at least 1 (or left out: any host)")
+            if not 0 <= tech.nearby <= (tech.neighbours or 0):
+                fail(f"{where}.nearby", "must be within 0..neighbours")
+    for name in ("sigma", "spike", "spike_scale"):
+        value = getattr(spec.noise, name)
+        if not (math.isfinite(value) and value >= 0):
+            fail(f"noise.{name}", "must be a finite number >= 0")
+    if spec.noise.spike > 1:
+        fail("noise.spike", "is a probability: within 0..1")
+    if spec.boundary_ms is not None and not spec.boundary_ms > 0:
+        fail("boundary_ms", "must be a positive number of ms")
+    if spec.workers < 0:
+        fail("workers", "must be >= 0 (0: one per core)")
 
 
 def _parse_value(text: str) -> Any:
@@ -220,7 +370,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_spec(
     path: str | Path | None, overrides: list[str] = (), *, defaults: dict[str, Any] | None = None
 ) -> tuple[ExperimentSpec, dict[str, Any]]:
-    """Read, override and validate a spec. Returns (spec, the effective data as a dict)."""
+    """Read, override and validate an overlay experiment spec (kind = "can").
+    Returns (spec, the effective data as a dict)."""
+    spec, data = load_any_spec(path, overrides, defaults=defaults)
+    if not isinstance(spec, ExperimentSpec):
+        raise InputError(
+            f"kind: expected an overlay experiment ('can'), not {spec.kind!r}", source=str(path)
+        )
+    return spec, data
+
+
+def load_any_spec(
+    path: str | Path | None, overrides: list[str] = (), *, defaults: dict[str, Any] | None = None
+) -> tuple[ExperimentSpec | PredictSpec, dict[str, Any]]:
+    """Read, override and validate a spec of any kind. Returns (spec, the effective data)."""
     source = str(path) if path is not None else "<spec>"
     data: dict[str, Any] = dict(defaults or {})
     if path is not None:
