@@ -520,7 +520,8 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
 
         run_dir = run_prediction(spec, data, out=out, on_result=on_result)
     summary = json.loads((run_dir / "summary.json").read_text())
-    console.print(prediction_table(summary))
+    # piped or logged, 80 columns would fold the numbers
+    console.print(prediction_table(summary), width=None if console.is_terminal else 120)
     return run_dir
 
 

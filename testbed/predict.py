@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -15,7 +16,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +32,14 @@ from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.topology import load_topology
 
 if TYPE_CHECKING:
-    from testbed.spec import PredictSpec, Technique
+    from testbed.spec import PredictSpec, Technique, TopologySpec
+    from testbed.topology import Topology
 
 __all__ = [
     "PAPER",
     "PAPER_BOUNDARY",
     "Noise",
     "Oracle",
-    "PredictionResult",
     "predict",
     "run_prediction",
 ]
@@ -118,38 +119,41 @@ class Oracle:
         return summarize([self.noise.sample(true, self.rng) for _ in range(self.samples)], self.how)
 
 
-@dataclass
-class PredictionResult:
-    technique: str
-    p50: float
-    p95: float
-    p99: float
-    max: float
-    per_seed: list[dict[str, float]]
-    probes_per_host: float  # mean over hosts and seeds
-    boundary: dict[str, float] = field(default_factory=dict)
+def _dtm(
+    n: int,
+    oracle: Oracle,
+    rng: random.Random,
+    config: DtmConfig,
+    rejoin: bool,
+    trees: int = 1,
+    quantile: float = 0.25,
+) -> np.ndarray:
+    """DTM's prediction; with trees > 1 a forest: each tree built in its own join
+    order, a pair predicted by the `quantile` of its trees' predictions. A host
+    measures each other host once, whichever tree asks (its prober caches)."""
+    cache: dict[tuple[int, int], float] = {}
 
-    def as_dict(self, digits: int = 4) -> dict[str, object]:
-        return {
-            "p50": round(self.p50, digits),
-            "p95": round(self.p95, digits),
-            "p99": round(self.p99, digits),
-            "max": round(self.max, digits),
-            "probes_per_host": round(self.probes_per_host, 1),
-            "boundary": self.boundary,
-            "per_seed": self.per_seed,
-        }
+    def measure(a: int, b: int) -> float:
+        value = cache.get((a, b))
+        if value is None:
+            value = cache[(a, b)] = oracle(a, b)
+        return value
 
-
-def _dtm(n: int, oracle: Oracle, rng: random.Random, config: DtmConfig, rejoin: bool) -> np.ndarray:
-    dtm = Dtm(config, rng)
-    order = list(range(n))
-    rng.shuffle(order)
-    for host in order:
-        dtm.join(host, oracle)
-    if rejoin:
-        dtm.rejoin_all(oracle)
-    return dtm.predict_all(list(range(n)))
+    predictions = []
+    for k in range(trees):
+        dtm = Dtm(config, rng if k == 0 else random.Random(rng.getrandbits(64)))
+        order = list(range(n))
+        rng.shuffle(order)
+        for host in order:
+            dtm.join(host, measure)
+        if rejoin:
+            dtm.rejoin_all(measure)
+        predictions.append(
+            dtm.predict_all(list(range(n))).astype(np.float32 if trees > 1 else np.float64)
+        )
+    if trees == 1:
+        return predictions[0]
+    return np.quantile(np.array(predictions), quantile, axis=0).astype(np.float64)
 
 
 def _gnp(n: int, oracle: Oracle, rng: random.Random, config: GnpConfig) -> np.ndarray:
@@ -166,9 +170,14 @@ def _gnp(n: int, oracle: Oracle, rng: random.Random, config: GnpConfig) -> np.nd
 
 
 def _vivaldi(
-    n: int, oracle: Oracle, rng: random.Random, config: VivaldiConfig, rounds: int
+    n: int,
+    oracle: Oracle,
+    rng: random.Random,
+    config: VivaldiConfig,
+    rounds: int,
+    neighbours: list[list[int]] | None = None,
 ) -> np.ndarray:
-    coords = embed(n, rounds, oracle, config, rng)
+    coords = embed(n, rounds, oracle, config, rng, neighbours)
     vec = np.array([c.vec for c in coords])
     height = np.array([c.height for c in coords])
     return (
@@ -180,63 +189,26 @@ def _vivaldi(
 
 def predict(
     rtt: np.ndarray,
-    technique: str,
+    technique: str | Technique,
     seeds: list[int],
     *,
     noise: Noise | None = None,
-    samples: int = 1,
-    how: str = "mean",
     boundary: float | None = None,
-    dtm: DtmConfig | None = None,
-    rejoin: bool = False,
-    gnp: GnpConfig | None = None,
-    vivaldi: VivaldiConfig | None = None,
-    rounds: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> PredictionResult:
-    """Run `technique` ("dtm", "gnp" or "vivaldi") once per seed on the matrix
-    `rtt` (ms) and pool the relative errors of all runs."""
-    rtt = np.asarray(rtt, dtype=np.float64)
-    n = len(rtt)
-    noise = noise or Noise()
-    errors = []
-    per_seed = []
-    probes = 0.0
-    rates = []
-    upper = np.triu_indices(n, 1)
-    truth = ((rtt + rtt.T) / 2)[upper]
-    keep = truth > 0
-    for k, seed in enumerate(seeds):
-        rng = random.Random(f"{technique}/{seed}")
-        oracle = Oracle(rtt, noise, samples, how, random.Random(f"noise/{seed}"))
-        if technique == "dtm":
-            predicted = _dtm(n, oracle, rng, dtm or DtmConfig(), rejoin)
-        elif technique == "gnp":
-            predicted = _gnp(n, oracle, rng, gnp or GnpConfig())
-        elif technique == "vivaldi":
-            predicted = _vivaldi(n, oracle, rng, vivaldi or VivaldiConfig(), rounds or n * n)
-        else:
+) -> dict[str, Any]:
+    """Run `technique` ("dtm", "gnp", "vivaldi" with their defaults, or a spec's
+    technique) once per seed on the matrix `rtt` (ms) and pool the relative
+    errors of all runs, as summary.json's `prediction.<technique>`."""
+    from testbed.spec import DtmTechnique, GnpTechnique, VivaldiTechnique
+
+    if isinstance(technique, str):
+        kinds = {"dtm": DtmTechnique, "gnp": GnpTechnique, "vivaldi": VivaldiTechnique}
+        if technique not in kinds:
             raise ValueError(f"unknown technique {technique!r}; expected dtm, gnp or vivaldi")
-        one = relative_errors(rtt, predicted)
-        per_seed.append({"seed": seed, **one.as_dict()})
-        guess = ((predicted + predicted.T) / 2)[upper]
-        errors.append((np.abs(truth[keep] - guess[keep]) / truth[keep]).astype(np.float32))
-        probes += float(oracle.probes.mean())
-        if boundary is not None:
-            rates.append(boundary_errors(rtt, predicted, boundary))
-        if progress is not None:
-            progress(k + 1)
-    pooled = np.concatenate(errors)
-    p50, p95, p99 = (float(v) for v in np.percentile(pooled, [50, 95, 99]))
-    result = PredictionResult(
-        technique, p50, p95, p99, float(pooled.max()), per_seed, probes / len(seeds)
+        technique = kinds[technique](name=technique)
+    rtt = np.asarray(rtt, dtype=np.float64)
+    return _pool(
+        [run_technique(rtt, technique, seed, noise or Noise(), boundary) for seed in seeds]
     )
-    if rates:
-        result.boundary = {
-            "positive": float(np.mean([r["positive"] for r in rates])),
-            "negative": float(np.mean([r["negative"] for r in rates])),
-        }
-    return result
 
 
 # -- prediction specs (kind = "predict"): testbed run ---------------------------------------------
@@ -287,7 +259,7 @@ def run_technique(
             round_above=tech.round_above_ms,
             branch_sample=tech.branch_sample,
         )
-        predicted = _dtm(n, oracle, rng, config, tech.rejoin)
+        predicted = _dtm(n, oracle, rng, config, tech.rejoin, tech.trees, tech.tree_quantile)
     elif isinstance(tech, GnpTechnique):
         config = GnpConfig(
             dims=tech.dims,
@@ -303,14 +275,7 @@ def run_technique(
         neighbours = (
             _neighbours(rtt, tech.neighbours, tech.nearby, rng) if tech.neighbours else None
         )
-        coords = embed(n, _vivaldi_rounds(tech.rounds, n), oracle, config, rng, neighbours)
-        vec = np.array([c.vec for c in coords])
-        height = np.array([c.height for c in coords])
-        predicted = (
-            np.sqrt(((vec[:, None, :] - vec[None, :, :]) ** 2).sum(-1))
-            + height[:, None]
-            + height[None, :]
-        )
+        predicted = _vivaldi(n, oracle, rng, config, _vivaldi_rounds(tech.rounds, n), neighbours)
     upper = np.triu_indices(n, 1)
     truth = ((rtt + rtt.T) / 2)[upper]
     guess = ((predicted + predicted.T) / 2)[upper]
@@ -330,21 +295,36 @@ def run_technique(
     return result
 
 
-_SHARED: dict[str, Any] = {}  # the matrix, inherited by forked workers
+Job = tuple["Technique", int, Noise, "float | None", "TopologySpec", int]
 
 
-def _work(job: tuple[Technique, int, Noise, float | None]) -> dict[str, Any]:
-    return run_technique(_SHARED["rtt"], *job)
+@functools.lru_cache(maxsize=2)
+def _matrix(ref: str, hosts: int | None, pick: str, scale: float, seed: int) -> Topology:
+    """The matrix a job runs on; `{seed}` in the ref picks one map per seed."""
+    return (
+        load_topology(ref.replace("{seed}", str(seed)))
+        .select(hosts, pick=pick, seed=seed if pick == "random" else None)
+        .scaled(scale)
+    )
 
 
-def _results(
-    rtt: np.ndarray, jobs: list[tuple[Technique, int, Noise, float | None]], workers: int
-) -> Iterator[dict[str, Any]]:
+def _topology(topology: TopologySpec, seed: int, first: int) -> Topology:
+    per_seed = "{seed}" in topology.ref
+    return _matrix(
+        topology.ref, topology.hosts, topology.pick, topology.scale, seed if per_seed else first
+    )
+
+
+def _work(job: Job) -> dict[str, Any]:
+    tech, seed, noise, boundary, topology, first = job
+    rtt = np.asarray(_topology(topology, seed, first).rtt_ms, dtype=np.float64)
+    return run_technique(rtt, tech, seed, noise, boundary)
+
+
+def _results(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
     if workers <= 1:
-        for job in jobs:
-            yield run_technique(rtt, *job)
+        yield from map(_work, jobs)
         return
-    _SHARED["rtt"] = rtt
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         try:
@@ -365,7 +345,7 @@ def _pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p99": round(p99, 4),
         "max": round(float(errors.max()), 4),
         "runs": len(runs),
-        "probes_per_host": round(float(np.mean([r["probes_per_host"] for r in runs])), 1),
+        "probes_per_host": round(float(np.mean([r["probes_per_host"] for r in runs])), 3),
         "probes_per_host_max": max(r["probes_per_host_max"] for r in runs),
     }
     if "boundary" in runs[0]:
@@ -423,27 +403,25 @@ def run_prediction(
     the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
     interrupted run keeps what finished (status "interrupted")."""
     seeds = spec.seed_list()
-    topology = (
-        load_topology(spec.topology.ref)
-        .select(
-            spec.topology.hosts,
-            pick=spec.topology.pick,
-            seed=seeds[0] if spec.topology.pick == "random" else None,
-        )
-        .scaled(spec.topology.scale)
-    )
-    rtt = np.array(topology.rtt_ms, dtype=np.float64)
+    # A ref with {seed} (e.g. "sharcnet:{seed}") gives each seed its own map; a
+    # random pick of hosts follows the seed then, else the first seed.
+    sources = list(dict.fromkeys(_topology(spec.topology, seed, seeds[0]).source for seed in seeds))
+    hosts = len(_topology(spec.topology, seeds[0], seeds[0]).rtt_ms)
     run_dir = new_run_dir(spec.name, out)
     (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
-    jobs = [(tech, seed, noise, spec.boundary_ms) for tech in spec.techniques for seed in seeds]
+    jobs = [
+        (tech, seed, noise, spec.boundary_ms, spec.topology, seeds[0])
+        for tech in spec.techniques
+        for seed in seeds
+    ]
     workers = min(spec.workers or os.cpu_count() or 1, len(jobs))
     log = JsonLog(run_dir / "runs.jsonl")
     done: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
     status = "interrupted"
     wall0 = time.monotonic()
     try:
-        for result in _results(rtt, jobs, workers):
+        for result in _results(jobs, workers):
             done[result["technique"]].append(result)
             log.write("run", **{k: v for k, v in result.items() if k != "errors"})
             if on_result is not None:
@@ -456,8 +434,8 @@ def run_prediction(
             "kind": "predict",
             "engine": spec.engine,
             "status": status,
-            "hosts": len(rtt),
-            "topology": topology.source,
+            "hosts": hosts,
+            "topology": sources[0] if len(sources) == 1 else sources,
             "seeds": seeds,
             "workers": workers,
             "wall_s": round(time.monotonic() - wall0, 3),
@@ -484,5 +462,5 @@ def run_prediction(
                 comments="",
                 fmt="%.6g",
             )
-            write_cdf(run_dir / "cdf.png", pooled, f"{spec.name}: {len(rtt)} hosts, seeds {seeds}")
+            write_cdf(run_dir / "cdf.png", pooled, f"{spec.name}: {hosts} hosts, seeds {seeds}")
     return run_dir

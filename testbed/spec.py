@@ -203,6 +203,8 @@ class DtmTechnique(_Technique, tag="dtm"):
     branch_sample: int = 64
     round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
     rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
+    trees: int = 1  # a forest: trees built in their own join orders ...
+    tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
 
 
 class GnpTechnique(_Technique, tag="gnp"):
@@ -284,6 +286,10 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
                 fail(f"{where}.simulated_joins", "must be at least 1")
             if tech.branch_sample < 2:
                 fail(f"{where}.branch_sample", "must be at least 2")
+            if tech.trees < 1:
+                fail(f"{where}.trees", "must be at least 1")
+            if not 0 <= tech.tree_quantile <= 1:
+                fail(f"{where}.tree_quantile", "must be within 0..1 (0.5: the median)")
             if tech.round_above_ms is not None and not tech.round_above_ms > 0:
                 fail(f"{where}.round_above_ms", "must be a positive number of ms")
         elif isinstance(tech, GnpTechnique):

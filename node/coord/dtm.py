@@ -207,12 +207,23 @@ class Dtm:
             v = self._parent[v]
         return v, target
 
-    def _distance_from_point(self, v: int, depth: float, m: int) -> float:
-        """Tree distance from the point (v, depth) to vertex m."""
-        lca = self._lca(v, m)
-        if lca == v:  # m is below the point
-            return self._depth[m] - depth
-        return depth + self._depth[m] - 2 * self._depth[lca]
+    def _distances_from_point(
+        self, v: int, depth: float, targets: Sequence[int], ancestors: set[int]
+    ) -> list[float]:
+        """Tree distances from the point (v, depth) to each vertex in `targets`;
+        `ancestors` is v's ancestors and v (each target walks up to one of them:
+        their lowest common ancestor)."""
+        parent, depths = self._parent, self._depth
+        out = []
+        for m in targets:
+            lca = m
+            while lca not in ancestors:
+                lca = parent[lca]
+            if lca == v:  # m is below the point
+                out.append(depths[m] - depth)
+            else:
+                out.append(depth + depths[m] - 2 * depths[lca])
+        return out
 
     def _attach(self, v: int, depth: float, leaf: float) -> int:
         """Hang a new host vertex by an edge of `leaf` from the point (v, depth).
@@ -270,9 +281,7 @@ class Dtm:
                 candidates.append(walk[-1])
                 if self.config.every_point:
                     candidates.extend(walk[:-1])
-            if self.config.fit_leaf:
-                candidates = [self._fit_leaf(cand, seen) for cand in candidates]
-            v, depth, leaf = min(candidates, key=lambda cand: self._misfit(cand, seen))
+            v, depth, leaf = self._best_place(candidates, seen)
             vertex = self._attach(v, depth, leaf)
         self._host_vertex[c] = vertex
         self._vertex_host[vertex] = c
@@ -388,32 +397,42 @@ class Dtm:
             child, p = p, self._parent[p]
         return None
 
-    def _fit_leaf(
-        self, candidate: tuple[int, float, float], seen: dict[int, float]
+    def _best_place(
+        self, candidates: list[tuple[int, float, float]], seen: dict[int, float]
     ) -> tuple[int, float, float]:
-        """The leaf weight that best fits every measurement from this point: the
-        median, weighted by 1/d, of d(c, m) - d_T(point, m) (least relative error)."""
-        v, depth, _ = candidate
-        gaps = sorted(
-            (d - self._distance_from_point(v, depth, self._host_vertex[other]), 1 / max(d, 1e-12))
-            for other, d in seen.items()
-        )
-        half = sum(w for _, w in gaps) / 2
-        acc = 0.0
-        for gap, weight in gaps:
-            acc += weight
-            if acc >= half:
-                return v, depth, max(0.0, gap)
-        return candidate
-
-    def _misfit(self, candidate: tuple[int, float, float], seen: dict[int, float]) -> float:
-        """How badly c's tree distances from this attachment fit what c measured."""
-        v, depth, leaf = candidate
-        total = 0.0
-        for other, d in seen.items():
-            predicted = leaf + self._distance_from_point(v, depth, self._host_vertex[other])
-            total += abs(predicted - d) / max(d, 1e-12)
-        return total
+        """The candidate whose tree distances fit what c measured best (least sum
+        of relative errors; the first on a tie). With fit_leaf, each candidate's
+        leaf weight is first fitted to every measurement: the median, weighted
+        by 1/d, of d(c, m) - d_T(point, m) (least relative error)."""
+        targets = [self._host_vertex[other] for other in seen]
+        measured = list(seen.values())
+        weights = [1 / max(d, 1e-12) for d in measured]
+        half = sum(weights) / 2
+        ancestors: dict[int, set[int]] = {}
+        best, best_misfit = candidates[0], math.inf
+        for v, depth, leaf in candidates:
+            if v not in ancestors:
+                chain, u = set(), v
+                while u >= 0:
+                    chain.add(u)
+                    u = self._parent[u]
+                ancestors[v] = chain
+            tree = self._distances_from_point(v, depth, targets, ancestors[v])
+            if self.config.fit_leaf:
+                acc = 0.0
+                for gap, weight in sorted(
+                    zip((d - t for d, t in zip(measured, tree, strict=True)), weights, strict=True)
+                ):
+                    acc += weight
+                    if acc >= half:
+                        leaf = max(0.0, gap)
+                        break
+            misfit = 0.0
+            for d, t in zip(measured, tree, strict=True):
+                misfit += abs(leaf + t - d) / max(d, 1e-12)
+            if misfit < best_misfit:
+                best, best_misfit = (v, depth, leaf), misfit
+        return best
 
     # -- leaving and rejoining ------------------------------------------------------------------------
 

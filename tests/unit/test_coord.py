@@ -184,12 +184,12 @@ def test_dtm_round_variant_and_bad_measurements():
 def test_predict_pools_seeds_and_counts_probes():
     d = tree_metric(60, seed=8)
     result = predict(d, "dtm", [1, 2, 3], boundary=5.0)
-    assert result.max < 1e-9 and len(result.per_seed) == 3
-    assert 0 < result.probes_per_host < 59  # fewer than measuring everyone
-    assert result.boundary == {"positive": 0.0, "negative": 0.0}
+    assert result["max"] < 1e-9 and len(result["per_seed"]) == 3
+    assert 0 < result["probes_per_host"] < 59  # fewer than measuring everyone
+    assert result["boundary"] == {"positive": 0.0, "negative": 0.0}
     euclid = np.array(euclidean(40, 5, seed=9))
     gnp = predict(euclid, "gnp", [1])
-    assert gnp.p99 < 1e-3 and gnp.probes_per_host == pytest.approx((34 * 6 + 6 * 5) / 40)
+    assert gnp["p99"] < 1e-3 and gnp["probes_per_host"] == pytest.approx((34 * 6 + 6 * 5) / 40)
     with pytest.raises(ValueError, match="unknown technique"):
         predict(euclid, "sequoia", [1])
 
