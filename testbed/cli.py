@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from testbed._progress import BringupProgress, console, err_console
@@ -521,7 +522,8 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
         run_dir = run_prediction(spec, data, out=out, on_result=on_result)
     summary = json.loads((run_dir / "summary.json").read_text())
     # piped or logged, 80 columns would fold the numbers
-    console.print(prediction_table(summary), width=None if console.is_terminal else 120)
+    out = console if console.is_terminal else Console(file=sys.stdout, width=120)
+    out.print(prediction_table(summary))
     return run_dir
 
 

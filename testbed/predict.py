@@ -258,6 +258,7 @@ def run_technique(
             simulated_joins=tech.simulated_joins,
             round_above=tech.round_above_ms,
             branch_sample=tech.branch_sample,
+            tolerance=tech.tolerance,
         )
         predicted = _dtm(n, oracle, rng, config, tech.rejoin, tech.trees, tech.tree_quantile)
     elif isinstance(tech, GnpTechnique):

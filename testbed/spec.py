@@ -203,6 +203,7 @@ class DtmTechnique(_Technique, tag="dtm"):
     branch_sample: int = 64
     round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
     rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
+    tolerance: float = 0.01  # share of d(base, c) a branch must run further to be followed
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
 
@@ -286,6 +287,8 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
                 fail(f"{where}.simulated_joins", "must be at least 1")
             if tech.branch_sample < 2:
                 fail(f"{where}.branch_sample", "must be at least 2")
+            if not 0 <= tech.tolerance < 0.5:
+                fail(f"{where}.tolerance", "must be within [0, 0.5)")
             if tech.trees < 1:
                 fail(f"{where}.trees", "must be at least 1")
             if not 0 <= tech.tree_quantile <= 1:

@@ -58,6 +58,9 @@ class DtmConfig:
     every_point: bool = True  # choose among all places the walks saw, not only their ends
     fit_leaf: bool = True  # leaf weight fitted to all measurements, not the base's alone
     branch_sample: int = 64  # branches tried at a vertex with more (a star of a whole cluster)
+    # A branch must run this share of d(base, c) further with c to be followed:
+    # measurement noise below it is no reason to turn (1e-9: float rounding only).
+    tolerance: float = 0.01
 
     def __post_init__(self) -> None:
         if not (isinstance(self.simulated_joins, int) and self.simulated_joins >= 1):
@@ -68,6 +71,8 @@ class DtmConfig:
             raise ValueError(
                 f"dtm.branch_sample must be an integer >= 2, not {self.branch_sample!r}"
             )
+        if not (isinstance(self.tolerance, int | float) and 0 <= self.tolerance < 0.5):
+            raise ValueError(f"dtm.tolerance must be within [0, 0.5), not {self.tolerance!r}")
         if self.round_above is not None and not (self.round_above > 0):
             raise ValueError(f"dtm.round_above must be positive, not {self.round_above!r}")
 
@@ -311,7 +316,7 @@ class Dtm:
         d_base = m(base)
         s = self._host_vertex[base]
         u, came, at = s, -1, 0.0  # current vertex, where we came from, its distance from s
-        tolerance = _CLOSE * max(d_base, 1e-12)
+        tolerance = max(self.config.tolerance, _CLOSE) * max(d_base, 1e-12)
         sample = self.config.branch_sample
         seen: list[tuple[int, float, float]] = []
         while True:

@@ -1,0 +1,178 @@
+# Prediction specs (kind = "predict"), their runs and `testbed table`: on
+# matrices whose answer is known (a tree metric embeds exactly in DTM, points
+# in a plane in GNP), so the figures checked here are the algorithms'.
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from testbed.cli import cli
+from testbed.errors import InputError
+from testbed.predict import predict, run_prediction
+from testbed.spec import DtmTechnique, PredictSpec, load_any_spec, load_spec
+from tests.unit.test_coord import euclidean, tree_metric
+
+
+@pytest.fixture
+def tree_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tree.txt"
+    np.savetxt(path, tree_metric(40, seed=3), fmt="%.17g")
+    return path
+
+
+def spec_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_prediction_spec_runs_every_technique_per_seed_and_keeps_everything(tmp_path, tree_file):
+    spec, data = load_any_spec(
+        spec_file(
+            tmp_path,
+            f"""
+kind = "predict"
+name = "tree"
+seeds = [4, 7]
+boundary_ms = 3.0
+paper = "5.4"
+workers = 2
+[topology]
+ref = "{tree_file}"
+[[techniques]]
+kind = "dtm"
+trees = 3
+[[techniques]]
+kind = "gnp"
+[[techniques]]
+name = "viv"
+kind = "vivaldi"
+rounds = 4000
+neighbours = 8
+nearby = 4
+""",
+        )
+    )
+    assert isinstance(spec, PredictSpec) and [t.name for t in spec.techniques] == [
+        "dtm",
+        "gnp",
+        "viv",
+    ]
+    seen = []
+    run = run_prediction(spec, data, out=tmp_path / "run", on_result=seen.append)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["seeds"] == [4, 7]
+    assert summary["hosts"] == 40 and len(seen) == 6
+    dtm = summary["prediction"]["dtm"]
+    assert dtm["max"] < 1e-3  # a tree metric: every tree exact, so the forest too
+    assert dtm["boundary"] == {"positive": 0.0, "negative": 0.0}
+    assert [s["seed"] for s in dtm["per_seed"]] == [4, 7]
+    assert 0 < dtm["probes_per_host"] < 39  # trees share a host's measurements
+    assert summary["prediction"]["viv"]["probes_per_host"] == 4000 / 40
+    assert summary["paper"]["rows"]["dtm"] == [0.0, 0.11, 0.37, 10289.74]
+    lines = (run / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and "errors" not in json.loads(lines[0])
+    cdf = np.loadtxt(run / "cdf.csv", delimiter=",", skiprows=1)
+    assert cdf.shape == (1001, 4) and (np.diff(cdf[:, 1]) >= 0).all()
+    assert (run / "cdf.png").stat().st_size > 10_000
+    assert "kind" in (run / "spec.toml").read_text()
+
+
+def test_the_same_spec_and_seed_give_the_same_figures(tree_file):
+    noisy = np.array(euclidean(30, 2, seed=1))
+    tech = DtmTechnique(name="dtm", trees=2)
+
+    def figures(result):
+        return [{k: v for k, v in run.items() if k != "cpu_s"} for run in result["per_seed"]]
+
+    a = predict(noisy, tech, [5])
+    assert figures(predict(noisy, tech, [5])) == figures(a)
+    assert figures(predict(noisy, tech, [6])) != figures(a)
+
+
+def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
+    # On a Euclidean plane (not a tree metric) trees err by partitioning:
+    # over-estimates that differ from tree to tree; the lower quartile of
+    # several trees cuts the tail.
+    plane = np.array(euclidean(80, 2, seed=2))
+    one = predict(plane, DtmTechnique(name="dtm"), [1, 2, 3])
+    forest = predict(plane, DtmTechnique(name="dtm", trees=7), [1, 2, 3])
+    assert forest["p99"] < one["p99"]
+    assert forest["probes_per_host"] < 7 * one["probes_per_host"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('kind = "predict"\nseeds = 0', "seeds: need at least one seed"),
+        ('kind = "predict"\nseeds = [1, 1]', "seeds: need distinct seeds"),
+        ('kind = "predict"\n[[techniques]]\nkind = "sequoia"', "Invalid value 'sequoia'"),
+        ('kind = "predict"\n[[techniques]]\nkind = "dtm"\ntrees = 0', "techniques.0 (dtm).trees"),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_quantile = 2',
+            "techniques.0 (dtm).tree_quantile",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "gnp"\nlandmarks = 3',
+            "techniques.0 (gnp).landmarks: must be at least dims + 1 = 6",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "vivaldi"\nneighbours = 4\nnearby = 5',
+            "techniques.0 (vivaldi).nearby",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\n[[techniques]]\nkind = "dtm"',
+            "techniques: need distinct names",
+        ),
+        ('kind = "predict"\nnoise = {spike = 2.0}', "noise.spike"),
+        ('kind = "predict"\nboundary = 1', "unknown field `boundary`"),
+        ('kind = "predict"\nengine = "emu"', "engine"),
+        ('kind = "churn"', "kind: expected 'can'"),
+    ],
+)
+def test_bad_prediction_specs_name_the_field(tmp_path, text, message):
+    with pytest.raises(InputError, match=re.escape(message)) as info:
+        load_any_spec(spec_file(tmp_path, text))
+    assert str(tmp_path / "spec.toml") in str(info.value)
+
+
+def test_an_overlay_experiment_loader_refuses_a_prediction_spec(tmp_path):
+    with pytest.raises(InputError, match="expected an overlay experiment"):
+        load_spec(spec_file(tmp_path, 'kind = "predict"'))
+
+
+def test_the_table_command_runs_the_bundled_spec_on_any_matrix(tmp_path, tree_file):
+    result = CliRunner().invoke(
+        cli,
+        [
+            "table",
+            "5.2",
+            "--seeds",
+            "1",
+            "--set",
+            f'topology.ref="{tree_file}"',
+            "--set",
+            "techniques.2.rounds=2000",
+            "--out",
+            str(tmp_path / "t52"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == str(tmp_path / "t52")
+    assert "thesis Table 5.2" in result.output and "0.209" in result.output  # DTM p95, UMIACS
+    summary = json.loads((tmp_path / "t52" / "summary.json").read_text())
+    assert set(summary["prediction"]) == {"dtm", "gnp", "vivaldi"}
+    assert summary["prediction"]["dtm"]["max"] < 1e-3
+
+
+def test_the_bundled_prediction_specs_load():
+    root = Path(__file__).parents[2] / "scripts" / "experiments"
+    for name in ("planetlab-sim", "sharcnet-sim", "sharcnet-dtm-variants"):
+        spec, _ = load_any_spec(root / f"predict-{name}.toml")
+        assert isinstance(spec, PredictSpec) and spec.seed_list() == list(range(1, 11))
