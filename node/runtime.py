@@ -71,6 +71,8 @@ class NodeRuntime:
         self._status_changed = trio.Event()
         self.done = trio.Event()  # set when the node should exit
         self.finished = trio.Event()  # set once run() has drained and stopped
+        # RTT measurements a control request waits for: request number -> (event, record)
+        self._rtt_waiting: dict[int, tuple[trio.Event, dict[str, Any]]] = {}
 
     def now(self) -> float:
         return trio.current_time() - self._t0
@@ -88,6 +90,10 @@ class NodeRuntime:
             wrote = True
             if record["kind"] == "left":
                 self.done.set()
+            elif record["kind"] == "rtt" and record["request"] in self._rtt_waiting:
+                done, slot = self._rtt_waiting.pop(record["request"])
+                slot.update(record)
+                done.set()
         if wrote and self._log is not None:
             self._log.flush()
         for datagram in peer.datagrams_to_send(self.now()):
@@ -201,6 +207,36 @@ class NodeRuntime:
         self.done.set()
         return {}
 
+    async def measure(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The "rtt" control request: measure every target with the prober (under
+        its budget) and answer when all are in."""
+        try:
+            targets = [_address(t) for t in request.get("targets", [])]
+            samples = request.get("samples")
+            if samples is not None and not (isinstance(samples, int) and 1 <= samples <= 1000):
+                raise ValueError(f"samples must be an integer in 1..1000, not {samples!r}")
+        except ValueError as exc:
+            return {"ok": False, "error": f"rtt: {exc}"}
+        slots: list[dict[str, Any]] = []
+        events: list[trio.Event] = []
+        for index, addr in enumerate(targets):
+            # The prober refuses past max_pending; it has no event for "a slot is
+            # free", and every measurement ends within samples x timeout.
+            while (number := self.peer.measure_rtt(index, addr, self.now(), samples)) is None:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            slot: dict[str, Any] = {}
+            events.append(trio.Event())
+            self._rtt_waiting[number] = (events[-1], slot)
+            slots.append(slot)
+            self.flush()  # the Pings go out; the event is drained into the slot
+        for done in events:
+            await done.wait()
+        return {
+            "ok": True,
+            "rtts_s": [slot["rtts"] for slot in slots],
+            "lost": [slot["lost"] for slot in slots],
+        }
+
     def stats(self) -> dict[str, Any]:
         return {
             **self.peer.stats(),
@@ -287,7 +323,10 @@ async def _control_connection(runtime: NodeRuntime, stream: trio.SocketStream) -
                     except ValueError:
                         answer = {"ok": False, "error": "request is not JSON"}
                     else:
-                        answer = runtime.command(request)
+                        if isinstance(request, dict) and request.get("op") == "rtt":
+                            answer = await runtime.measure(request)
+                        else:
+                            answer = runtime.command(request)
                     await stream.send_all(json.dumps(answer).encode() + b"\n")
                 if len(buffer) > MAX_CONTROL_REQUEST_BYTES:
                     await stream.send_all(b'{"ok": false, "error": "request too long"}\n')

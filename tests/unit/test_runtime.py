@@ -155,3 +155,21 @@ def test_an_address_in_use_is_a_clear_error(tmp_path):
         result = run_node(tmp_path, "--bind", f"{host}:{port}", "--point", "1,2,3,4,0.5")
         assert result.returncode == 1
         assert f"{host}:{port}: Address already in use" in result.stderr
+
+
+def test_the_rtt_request_measures_real_pings_without_joining(tmp_path):
+    with (
+        LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=None) as h1,
+        LocalPeer(tmp_path, "h2", CONFIG, POINTS[1], join=None, seed=2) as h2,
+    ):
+        answer = h1.ask("rtt", targets=[list(h2.address), ["127.0.0.1", 9]], samples=3)
+        here, nobody = answer["rtts_s"]
+        assert len(here) == 3 and all(0 < rtt < 0.5 for rtt in here)
+        assert nobody == [] and answer["lost"] == [0, 3]
+        assert h2.ask("stats")["stats"]["accepted"] == 3  # the Pings
+        measured = [r for r in records(h1) if r["kind"] == "rtt"]
+        assert [len(r["rtts"]) for r in measured] == [3, 0]
+        with pytest.raises(ControlError, match="samples must be an integer"):
+            request(h1.control, "rtt", targets=[list(h2.address)], samples=0)
+        with pytest.raises(ControlError, match=r"an address is \[host, port\]"):
+            request(h1.control, "rtt", targets=["h2"])
