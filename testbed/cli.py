@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import signal
 import sys
 from collections.abc import Callable
@@ -519,7 +520,14 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
                 highlight=False,
             )
 
-        run_dir = run_prediction(spec, data, out=out, on_result=on_result)
+        pinging: list[Any] = []
+
+        def on_ping(done: int, hosts: int) -> None:
+            if not pinging:
+                pinging.append(progress.add_task("real pings: each peer measures all", total=hosts))
+            progress.update(pinging[0], completed=done)
+
+        run_dir = run_prediction(spec, data, out=out, on_result=on_result, on_ping=on_ping)
     summary = json.loads((run_dir / "summary.json").read_text())
     # piped or logged, 80 columns would fold the numbers
     out = console if console.is_terminal else Console(file=sys.stdout, width=120)
@@ -543,6 +551,9 @@ def prediction_table(summary: dict[str, Any]) -> Table:
         if rows:
             table.add_column("thesis", justify="right", style="dim", no_wrap=True)
     table.add_column("samples/host", justify="right", no_wrap=True)
+    sim = summary.get("sim", {})
+    if sim:
+        table.add_column("sim p50 / p95 / p99", justify="right", no_wrap=True)
     for name, result in summary["prediction"].items():
         ours = (
             [result["boundary"][c] for c in columns] if boundary else [result[c] for c in columns]
@@ -554,6 +565,9 @@ def prediction_table(summary: dict[str, Any]) -> Table:
             if rows:
                 cells.append("" if theirs is None else f"{theirs[k]:,.3g}")
         cells.append(f"{result['probes_per_host']:,.0f}")
+        if sim:
+            other = sim.get(name, {})
+            cells.append(" / ".join(f"{other.get(q, math.nan):.3f}" for q in ("p50", "p95", "p99")))
         table.add_row(*cells)
     return table
 

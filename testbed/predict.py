@@ -241,17 +241,42 @@ def _neighbours(rtt: np.ndarray, k: int, nearby: int, rng: random.Random) -> lis
     return out
 
 
+class MeasuredOracle:
+    """measure(a, b) from pings measured beforehand (the emulator's): the filter
+    of the first `samples` RTTs host a measured to b (b's to a if a's were all lost)."""
+
+    def __init__(self, samples_ms: list[list[list[float]]], samples: int, how: str) -> None:
+        self.table = samples_ms
+        self.samples = samples
+        self.how = how
+        self.probes = np.zeros(len(samples_ms), dtype=np.int64)
+
+    def __call__(self, a: int, b: int) -> float:
+        self.probes[a] += self.samples
+        rtts = self.table[a][b][: self.samples] or self.table[b][a][: self.samples]
+        if not rtts:
+            raise ValueError(f"no ping between hosts {a} and {b} was answered")
+        return summarize(rtts, self.how)
+
+
 def run_technique(
-    rtt: np.ndarray, tech: Technique, seed: int, noise: Noise, boundary: float | None
+    rtt: np.ndarray,
+    tech: Technique,
+    seed: int,
+    noise: Noise,
+    boundary: float | None,
+    oracle: Oracle | MeasuredOracle | None = None,
 ) -> dict[str, Any]:
-    """One technique, one seed, on the matrix `rtt` (ms): the relative errors of
-    all unordered pairs (float32), the samples each host sent, Table 5.6's rates."""
+    """One technique, one seed, judged against the matrix `rtt` (ms) and measuring
+    through `oracle` (default: `rtt` plus `noise`): the relative errors of all
+    unordered pairs (float32), the samples each host sent, Table 5.6's rates."""
     from testbed.spec import DtmTechnique, GnpTechnique  # the spec module imports us
 
     n = len(rtt)
     kind = type(tech).__struct_config__.tag
     rng = random.Random(f"{kind}/{seed}")
-    oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
+    if oracle is None:
+        oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
     started = time.process_time()
     if isinstance(tech, DtmTechnique):
         config = DtmConfig(
@@ -337,6 +362,60 @@ def _results(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
             raise
 
 
+def _emulated(
+    spec: PredictSpec,
+    run_dir: Path,
+    noise: Noise,
+    seeds: list[int],
+    sim: dict[str, list[dict[str, Any]]],
+    emu: dict[str, Any],
+    on_ping: Callable[[int, int], None] | None,
+) -> Iterator[dict[str, Any]]:
+    """Ping on the emulator, then yield each technique and seed on those pings;
+    the same run on the configured matrix goes to `sim`, the pings' figures to `emu`."""
+    from testbed.emu._pings import ping_all_pairs
+
+    topology = _topology(spec.topology, seeds[0], seeds[0])
+    n = len(topology.rtt_ms)
+    table = ping_all_pairs(
+        topology,
+        run_dir,
+        samples=max(t.samples for t in spec.techniques),
+        rate=spec.probe_rate,
+        clamp=spec.topology.clamp,
+        seed=seeds[0],
+        on_host=None if on_ping is None else lambda done: on_ping(done, n),
+    )
+    write_json(run_dir / "pings.json", table.to_json())
+    emu.update(
+        samples=max(t.samples for t in spec.techniques),
+        rate_per_peer=spec.probe_rate,
+        wall_s=round(table.wall_s, 3),
+        lost=int(table.lost.sum()),
+        # how far a measurement is from the matrix: median of |measured - configured| / configured
+        median_measurement_error=round(
+            float(
+                np.median(
+                    [
+                        abs(np.mean(table.samples_ms[a][b]) - table.configured_ms[a, b])
+                        / table.configured_ms[a, b]
+                        for a in range(n)
+                        for b in range(n)
+                        if a != b and table.samples_ms[a][b]
+                    ]
+                )
+            ),
+            4,
+        ),
+    )
+    truth = table.configured_ms
+    for tech in spec.techniques:
+        for seed in seeds:
+            sim[tech.name].append(run_technique(truth, tech, seed, noise, spec.boundary_ms))
+            measured = MeasuredOracle(table.samples_ms, tech.samples, tech.filter)
+            yield run_technique(truth, tech, seed, noise, spec.boundary_ms, oracle=measured)
+
+
 def _pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
     errors = np.concatenate([r["errors"] for r in runs])
     p50, p95, p99 = (float(v) for v in np.percentile(errors, [50, 95, 99]))
@@ -396,14 +475,21 @@ def run_prediction(
     *,
     out: str | Path | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    on_ping: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Run a prediction spec: every technique once per seed on the spec's matrix,
     the seeds side by side on `spec.workers` processes. Writes spec.toml,
     runs.jsonl (one line per technique and seed, as they finish),
     summary.json (`prediction.<technique>.{p50,p95,p99,max}`, probes per host,
     the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
-    interrupted run keeps what finished (status "interrupted")."""
+    interrupted run keeps what finished (status "interrupted").
+
+    On the emulator (engine "emu") every peer first pings every other for real
+    (testbed.emu._pings; `on_ping(hosts done, hosts)`), the techniques read
+    those pings, and the same techniques and seeds run on the configured
+    matrix as well: summary.json's `sim` and `emu_minus_sim`."""
     seeds = spec.seed_list()
+    emulated = spec.engine == "emu"
     # A ref with {seed} (e.g. "sharcnet:{seed}") gives each seed its own map; a
     # random pick of hosts follows the seed then, else the first seed.
     sources = list(dict.fromkeys(_topology(spec.topology, seed, seeds[0]).source for seed in seeds))
@@ -416,13 +502,19 @@ def run_prediction(
         for tech in spec.techniques
         for seed in seeds
     ]
-    workers = min(spec.workers or os.cpu_count() or 1, len(jobs))
+    workers = 1 if emulated else min(spec.workers or os.cpu_count() or 1, len(jobs))
     log = JsonLog(run_dir / "runs.jsonl")
     done: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
+    sim: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
+    emu: dict[str, Any] = {}
     status = "interrupted"
     wall0 = time.monotonic()
     try:
-        for result in _results(jobs, workers):
+        if emulated:
+            results = _emulated(spec, run_dir, noise, seeds, sim, emu, on_ping)
+        else:
+            results = _results(jobs, workers)
+        for result in results:
             done[result["technique"]].append(result)
             log.write("run", **{k: v for k, v in result.items() if k != "errors"})
             if on_result is not None:
@@ -442,6 +534,17 @@ def run_prediction(
             "wall_s": round(time.monotonic() - wall0, 3),
             "prediction": {name: _pool(runs) for name, runs in done.items() if runs},
         }
+        if emulated:
+            summary["pings"] = emu
+            summary["sim"] = {name: _pool(runs) for name, runs in sim.items() if runs}
+            summary["emu_minus_sim"] = {
+                name: {
+                    q: round(summary["prediction"][name][q] - summary["sim"][name][q], 4)
+                    for q in ("p50", "p95", "p99")
+                }
+                for name in summary["sim"]
+                if name in summary["prediction"]
+            }
         if spec.paper is not None:
             summary["paper"] = {
                 "table": spec.paper,

@@ -254,6 +254,7 @@ class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
     boundary_ms: float | None = None  # Table 5.6's error rates at this cluster diameter
     paper: Literal["5.2", "5.4", "5.5", "5.6"] | None = None  # the thesis's table to print beside
     workers: int = 0  # processes running seeds side by side; 0: one per core
+    probe_rate: float = 50.0  # emulator: Pings per second per peer (the prober's budget)
 
     def seed_list(self) -> list[int]:
         return list(range(1, self.seeds + 1)) if isinstance(self.seeds, int) else list(self.seeds)
@@ -268,8 +269,10 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
         fail("seeds", f"need at least one seed, not {spec.seeds}")
     if isinstance(spec.seeds, list) and (not spec.seeds or len(set(spec.seeds)) != len(spec.seeds)):
         fail("seeds", f"need distinct seeds, got {spec.seeds}")
-    if spec.engine == "emu":
-        fail("engine", "prediction runs in the simulator for now ('sim'); see docs/prediction.md")
+    if spec.engine == "emu" and "{seed}" in spec.topology.ref:
+        fail("topology.ref", "the emulator runs one map: no {seed} in the ref")
+    if not (math.isfinite(spec.probe_rate) and spec.probe_rate > 0):
+        fail("probe_rate", "must be a positive number of Pings per second")
     if not spec.techniques:
         fail("techniques", "need at least one technique")
     for tech in spec.techniques:

@@ -37,9 +37,37 @@ from testbed.runs import write_json
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
 
-__all__ = ["EmuEngine", "private_memory_kb"]
+__all__ = ["EmuEngine", "peer_argv", "private_memory_kb"]
 
 START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
+
+
+def peer_argv(
+    name: str,
+    bind: str,
+    config: Path,
+    point: tuple[float, ...],
+    seed: int,
+    log: Path,
+    control: str,
+    *,
+    join: list[str] | None = None,
+) -> list[str]:
+    """The command line of one peer process (`python -m node`); join=None: it
+    does not join (a prober only), [] founds an overlay."""
+    argv = [
+        sys.executable, "-m", "node",
+        "--name", name,
+        "--bind", bind,
+        "--config", str(config.resolve()),
+        "--point", ",".join(repr(x) for x in point),
+        "--seed", str(seed),
+        "--log", str(log.resolve()),
+        "--control", control,
+    ]  # fmt: skip
+    if join is not None:
+        argv += ["--join", ",".join(join)]
+    return argv
 
 
 class EmuEngine:
@@ -91,17 +119,16 @@ class EmuEngine:
         name = self._name(host)
         self._incarnation[host] = self._incarnation.get(host, 0) + 1
         seed = hash((self.spec.seed, host, self._incarnation[host])) & 0xFFFFFFFF
-        argv = [
-            sys.executable, "-m", "node",
-            "--name", name,
-            "--bind", f"{self.wan.hosts[host].ip}:{self.spec.node.port}",
-            "--config", str(self._config_path.resolve()),
-            "--point", ",".join(repr(x) for x in self._points[host]),
-            "--seed", str(seed),
-            "--log", str((self.run_dir / "peers" / f"{name}.jsonl").resolve()),
-            "--control", self._control(host),
-            "--join", ",".join(f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)),
-        ]  # fmt: skip
+        argv = peer_argv(
+            name,
+            f"{self.wan.hosts[host].ip}:{self.spec.node.port}",
+            self._config_path,
+            self._points[host],
+            seed,
+            self.run_dir / "peers" / f"{name}.jsonl",
+            self._control(host),
+            join=[f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)],
+        )
         self._procs[host] = self.wan.popen(self.wan.hosts[host], argv, label="node")
 
     def leave(self, host: int) -> None:

@@ -132,7 +132,11 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
         ),
         ('kind = "predict"\nnoise = {spike = 2.0}', "noise.spike"),
         ('kind = "predict"\nboundary = 1', "unknown field `boundary`"),
-        ('kind = "predict"\nengine = "emu"', "engine"),
+        (
+            'kind = "predict"\nengine = "emu"\n[topology]\nref = "sharcnet:{seed}"',
+            "topology.ref: the emulator runs one map",
+        ),
+        ('kind = "predict"\nprobe_rate = 0', "probe_rate"),
         ('kind = "churn"', "kind: expected 'can'"),
     ],
 )

@@ -1,0 +1,141 @@
+# Real pings between peer processes on an emulated WAN, for latency prediction
+# (issue "Latency prediction", seed 002 §5.2.3): one `python -m node` process
+# per host, not joined to any overlay, each asked over its control socket to
+# measure every other host with its prober (UDP Ping/Pong through the WAN
+# core, under the prober's budget). All peers measure at once.
+#
+# The techniques then read these samples instead of the matrix: a measurement
+# a technique asks for is the filter of the first k samples of that pair, so
+# a run costs the pings its technique asked for, and every technique and seed
+# reads the same pings.
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from node.config import config_to_dict
+from node.control import ControlError, request, request_when_up
+from testbed.emu._peers import START_TIMEOUT_S, peer_argv
+from testbed.emu._wan import open_wan
+from testbed.errors import EmulationError
+from testbed.runs import write_json
+from testbed.topology import Topology
+
+__all__ = ["PingTable", "ping_all_pairs"]
+
+
+@dataclasses.dataclass
+class PingTable:
+    """samples_ms[a][b]: the RTTs host a measured to host b, in the order they came."""
+
+    samples_ms: list[list[list[float]]]
+    lost: np.ndarray  # (n, n) samples with no answer
+    configured_ms: np.ndarray  # (n, n) RTT the WAN core applied (after any clamp)
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "samples_ms": [
+                [[round(x, 4) for x in row] for row in line] for line in self.samples_ms
+            ],
+            "lost": self.lost.tolist(),
+            "configured_ms": np.round(self.configured_ms, 4).tolist(),
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+def ping_all_pairs(
+    topology: Topology,
+    run_dir: Path,
+    *,
+    samples: int,
+    rate: float,
+    clamp: bool,
+    seed: int,
+    on_host: Callable[[int], None] | None = None,
+) -> PingTable:
+    """Bring up the WAN, start a prober peer per host, have each measure all
+    others with `samples` pings (at most `rate` Pings per second per peer), tear
+    down. `on_host(done)` reports progress."""
+    from testbed.experiment import build_node_config, draw_point  # not at import: a cycle
+    from testbed.spec import NodeSpec
+
+    node = NodeSpec()
+    config = build_node_config(node)
+    config = dataclasses.replace(
+        config,
+        probe=dataclasses.replace(config.probe, samples=samples, rate=rate, timeout_s=2.0),
+    )
+    rng = random.Random(seed)
+    with open_wan(topology, clamp=clamp, run_dir=run_dir / "wan", seed=seed) as wan:
+        config_path = run_dir / "node.json"
+        write_json(config_path, config_to_dict(config))
+        (run_dir / "peers").mkdir(exist_ok=True)
+        n = len(wan.hosts)
+        controls = [str(wan.sockets_dir / f"{h.name}.ctl") for h in wan.hosts]
+        addresses = [[h.ip, node.port] for h in wan.hosts]
+        procs = [
+            wan.popen(
+                host,
+                peer_argv(
+                    host.name,
+                    f"{host.ip}:{node.port}",
+                    config_path,
+                    draw_point(node, rng),
+                    rng.getrandbits(32),
+                    run_dir / "peers" / f"{host.name}.jsonl",
+                    controls[k],
+                ),
+                label="node",
+            )
+            for k, host in enumerate(wan.hosts)
+        ]
+        for k, proc in enumerate(procs):
+            request_when_up(
+                controls[k],
+                "status",
+                running=lambda p=proc: p.poll() is None,
+                wait_s=START_TIMEOUT_S,
+            )
+        configured = wan.configured_one_way_ms()
+        configured = configured + configured.T
+        started = time.monotonic()
+        done = 0
+
+        def measure(a: int) -> dict[str, Any]:
+            others = [addresses[b] for b in range(n) if b != a]
+            # every sample can take the prober's timeout; the budget paces the rest
+            budget_s = 60.0 + len(others) * samples / rate + 2.0 * samples
+            return request(controls[a], "rtt", targets=others, samples=samples, timeout_s=budget_s)
+
+        table: list[list[list[float]]] = [[[] for _ in range(n)] for _ in range(n)]
+        lost = np.zeros((n, n), dtype=np.int64)
+        with ThreadPoolExecutor(n) as pool:
+            for a, answer in enumerate(pool.map(measure, range(n))):
+                others = [b for b in range(n) if b != a]
+                for b, rtts, missing in zip(others, answer["rtts_s"], answer["lost"], strict=True):
+                    table[a][b] = [x * 1e3 for x in rtts]
+                    lost[a, b] = missing
+                done += 1
+                if on_host is not None:
+                    on_host(done)
+        wall = time.monotonic() - started
+        for k, proc in enumerate(procs):
+            with contextlib.suppress(ControlError):
+                request(controls[k], "exit", timeout_s=2.0)
+            proc.terminate(grace_s=3.0)
+        if lost.sum() > 0.01 * n * (n - 1) * samples:
+            raise EmulationError(
+                f"{int(lost.sum())} of {n * (n - 1) * samples} pings were lost; "
+                f"see {run_dir / 'wan'} (engine overloaded? lower probe_rate)"
+            )
+    return PingTable(table, lost, configured, wall)
