@@ -406,6 +406,67 @@ def bench_delay(
     console.print(table)
 
 
+@bench.command(name="probes")
+@click.option(
+    "--topology", default="sharcnet", show_default=True, help="Matrix to draw hosts from."
+)
+@click.option(
+    "--hosts",
+    default="128,512,2048",
+    show_default=True,
+    help="Grid sizes, comma-separated (hosts drawn at random from the topology).",
+)
+@click.option("--seeds", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--trees", type=click.IntRange(1), default=9, show_default=True, help="DTM trees.")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, 0.5, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="DTM walk tolerance (0: a noise-free matrix).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def bench_probes(
+    topology: str, hosts: str, seeds: int, trees: int, tolerance: float, as_json: bool
+) -> None:
+    """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
+    from testbed.predict import probe_cost
+
+    try:
+        sizes = [int(x) for x in hosts.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(
+            f"expected sizes like 128,512,2048, not {hosts!r}", source="--hosts"
+        ) from None
+    if not sizes or min(sizes) < 2:
+        raise InputError("need sizes of at least 2 hosts", source="--hosts")
+    with err_console.status("DTM joins") as status:
+        rows = probe_cost(
+            topology,
+            sizes,
+            list(range(1, seeds + 1)),
+            trees,
+            tolerance,
+            progress=lambda done, total: status.update(f"DTM joins: {done}/{total} sizes"),
+        )
+    if as_json:
+        print(json.dumps({"topology": topology, "rows": rows}))
+        return
+    table = Table(title=f"DTM measurements per peer ({topology}, {trees} tree(s), {seeds} seeds)")
+    for col in ("hosts", "mean", "max", "mean / log2 n", "p95 rel. error"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row['hosts']:,}",
+            f"{row['per_host_mean']:.1f}",
+            str(row["per_host_max"]),
+            f"{row['per_host_over_log2n']:.2f}",
+            f"{row['p95']:.3f}",
+        )
+    console.print(table)
+
+
 @bench.command(name="bringup")
 @click.option("--topology", default="planetlab", show_default=True)
 @click.option("--hosts", type=click.IntRange(1), default=200, show_default=True)

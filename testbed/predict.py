@@ -568,3 +568,42 @@ def run_prediction(
             )
             write_cdf(run_dir / "cdf.png", pooled, f"{spec.name}: {hosts} hosts, seeds {seeds}")
     return run_dir
+
+
+def probe_cost(
+    ref: str,
+    sizes: list[int],
+    seeds: list[int],
+    trees: int,
+    tolerance: float,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """DTM's measurements per peer as the grid grows (the issue's O(log n) check):
+    for each size n, n hosts picked at random from `ref` per seed, DTM with
+    `trees` trees; the mean and max measurements (distinct peers measured, one
+    sample each) per host, and the mean over log2 n."""
+    from testbed.spec import DtmTechnique, TopologySpec
+
+    tech = DtmTechnique(name="dtm", trees=trees, tolerance=tolerance)
+    rows = []
+    for k, n in enumerate(sizes):
+        runs = []
+        for seed in seeds:
+            topology = _topology(TopologySpec(ref=ref, hosts=n, pick="random"), seed, seed)
+            rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+            runs.append(run_technique(rtt, tech, seed, Noise(), None))
+        mean = float(np.mean([r["probes_per_host"] for r in runs]))
+        rows.append(
+            {
+                "hosts": n,
+                "seeds": len(seeds),
+                "trees": trees,
+                "per_host_mean": round(mean, 2),
+                "per_host_max": max(r["probes_per_host_max"] for r in runs),
+                "per_host_over_log2n": round(mean / math.log2(n), 3),
+                "p95": round(float(np.mean([r["p95"] for r in runs])), 4),
+            }
+        )
+        if progress is not None:
+            progress(k + 1, len(sizes))
+    return rows

@@ -180,3 +180,21 @@ def test_the_bundled_prediction_specs_load():
     for name in ("planetlab-sim", "sharcnet-sim", "sharcnet-dtm-variants"):
         spec, _ = load_any_spec(root / f"predict-{name}.toml")
         assert isinstance(spec, PredictSpec) and spec.seed_list() == list(range(1, 11))
+
+
+def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
+    result = CliRunner().invoke(
+        cli,
+        [
+            "bench", "probes", "--topology", str(tree_file),
+            "--hosts", "10,40", "--seeds", "2", "--trees", "2", "--json",
+        ],  # fmt: skip
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["rows"]
+    assert [r["hosts"] for r in rows] == [10, 40]
+    for row in rows:
+        assert 0 < row["per_host_mean"] < row["hosts"] - 1  # not everyone
+        assert row["p95"] < 1e-3  # a tree metric
+    bad = CliRunner().invoke(cli, ["bench", "probes", "--hosts", "1,x"])
+    assert bad.exit_code == 2 and "--hosts" in bad.output

@@ -1,0 +1,57 @@
+# Latency prediction from real pings: peer processes in emulated hosts ping
+# each other through the WAN core; the techniques read those pings.
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from testbed.emu._clean import netns_of_run
+from testbed.predict import run_prediction
+from testbed.spec import load_any_spec
+
+SPEC = {
+    "kind": "predict",
+    "name": "predict-emu-small",
+    "engine": "emu",
+    "seeds": [1, 2],
+    "probe_rate": 100.0,
+    "topology": {"ref": "planetlab", "hosts": 10, "pick": "random", "clamp": True},
+    "techniques": [
+        {"kind": "dtm", "trees": 3, "samples": 3, "filter": "median"},
+        {"kind": "gnp", "samples": 2, "filter": "min"},
+    ],
+}
+
+
+def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
+    spec, data = load_any_spec(None, [], defaults=SPEC)
+    pinged = []
+    run = run_prediction(
+        spec, data, out=tmp_path / "run", on_ping=lambda done, n: pinged.append((done, n))
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and pinged[-1] == (10, 10)
+    pings = json.loads((run / "pings.json").read_text())
+    samples = pings["samples_ms"]
+    configured = np.array(pings["configured_ms"])
+    # every ordered pair pinged 3 times (the most any technique takes), none lost
+    assert all(len(samples[a][b]) == 3 for a in range(10) for b in range(10) if a != b)
+    assert summary["pings"]["lost"] == 0
+    # real RTTs: the configured matrix, a little late (the engine's fidelity bound)
+    for a in range(10):
+        for b in range(10):
+            if a != b:
+                median = float(np.median(samples[a][b]))
+                assert configured[a, b] - 0.5 <= median <= configured[a, b] * 1.1 + 2.0
+    assert summary["pings"]["median_measurement_error"] < 0.05
+    for name in ("dtm", "gnp"):
+        emu, sim = summary["prediction"][name], summary["sim"][name]
+        assert len(emu["per_seed"]) == 2 and len(sim["per_seed"]) == 2
+        assert emu["probes_per_host"] == sim["probes_per_host"] or name == "dtm"
+        assert abs(summary["emu_minus_sim"][name]["p50"]) < 0.1, summary["emu_minus_sim"]
+    assert summary["prediction"]["gnp"]["probes_per_host"] == (4 * 6 + 6 * 5) / 10 * 2
+    logs = sorted(p.stem for p in (run / "peers").glob("h*.jsonl"))
+    assert len(logs) == 10
+    assert not netns_of_run()
