@@ -183,13 +183,8 @@ def test_the_bundled_prediction_specs_load():
 
 
 def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
-    result = CliRunner().invoke(
-        cli,
-        [
-            "bench", "probes", "--topology", str(tree_file),
-            "--hosts", "10,40", "--seeds", "2", "--trees", "2", "--json",
-        ],  # fmt: skip
-    )
+    args = ["--topology", str(tree_file), "--hosts", "10,40", "--seeds", "2", "--trees", "2"]
+    result = CliRunner().invoke(cli, ["bench", "probes", *args, "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["rows"]
     assert [r["hosts"] for r in rows] == [10, 40]
