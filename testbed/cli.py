@@ -110,6 +110,25 @@ def topology_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+run_folder_option = click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run folder (default runs/<name>-<timestamp>).",
+)
+
+
+def overrides_option(example: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--set KEY=VALUE (repeatable): a spec field by dotted path, a TOML value."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=f"Override a spec field (dotted path; TOML value), {example}.",
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="p2p-grid-testbed")
 def cli() -> None:
@@ -470,7 +489,7 @@ def bench_probes(
 @bench.command(name="bringup")
 @click.option("--topology", default="planetlab", show_default=True)
 @click.option("--hosts", type=click.IntRange(1), default=200, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) -> None:
@@ -499,19 +518,8 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 @click.option(
     "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a spec field (dotted path; TOML value), e.g. --set topology.hosts=128 --set seed=7.",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Run folder (default runs/<name>-<timestamp>).",
-)
+@overrides_option("e.g. --set topology.hosts=128 --set seed=7")
+@run_folder_option
 @_handled
 def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
     """Run an experiment spec (an overlay experiment, or kind = "predict"); prints
@@ -647,19 +655,8 @@ TABLE_SPECS = {
 @click.option(
     "--seeds", type=click.IntRange(min=1), default=None, help="Seeds 1..N (default: the spec's)."
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a field of the table's spec, e.g. --set topology.ref=my-matrix.txt.",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Run folder (default runs/<name>-<timestamp>).",
-)
+@overrides_option("e.g. --set topology.ref=my-matrix.txt")
+@run_folder_option
 @_handled
 def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path | None) -> None:
     """Reproduce one of seed 002's latency prediction tables (5.2, 5.4, 5.5, 5.6) in the
@@ -680,7 +677,7 @@ def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path
 @click.option("--count", type=click.IntRange(1), default=100_000, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--grid-key", metavar="HEX", default=None, help="Run the target in a keyed grid.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def fuzz(count: int, seed: int, grid_key: str | None, out: Path | None, as_json: bool) -> None:
@@ -856,7 +853,7 @@ def topology_generate(kind: str, seed: int, inter: str, clusters: str | None, ou
 
 @cli.command()
 @click.option("--hosts", type=click.IntRange(4), default=32, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None)
+@run_folder_option
 @_handled
 def demo(hosts: int, out: Path | None) -> None:
     """32 PlanetLab hosts: fidelity check, a partition and heal, and a report."""
