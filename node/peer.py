@@ -81,10 +81,14 @@ class Peer:
 
     # -- inputs --------------------------------------------------------------------------------------
 
-    def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+    def receive_datagram(
+        self, data: bytes, addr: Address, now: float, rx_at: float | None = None
+    ) -> None:
         """Take one datagram from the network. Never raises on its content:
         anything unacceptable is counted in counters["drop.<reason>"] and dropped.
-        Mutates; drain the outputs afterwards."""
+        `rx_at` is when it reached the socket (the kernel's timestamp, on the
+        same clock as now), for RTT samples; default now. Mutates; drain the
+        outputs afterwards."""
         self.counters["rx"] += 1
         self.counters["rx_bytes"] += len(data)
         try:
@@ -97,10 +101,10 @@ class Peer:
             return
         source = (str(addr[0]), int(addr[1]))
         if isinstance(message, Ping):
-            self.prober.handle_ping(source, message, now)
+            self.prober.handle_ping(source, message, now, rx_at)
             problem = None
         elif isinstance(message, Pong):
-            self.prober.handle_pong(message, now)
+            self.prober.handle_pong(message, now, rx_at)
             problem = None
         else:
             problem = self.can.handle_message(sender, source, message, now)

@@ -22,12 +22,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import signal
 import socket
+import struct
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -52,6 +54,8 @@ MAX_CONTROL_REQUEST_BYTES = 64 * 1024
 RECV_BUFFER_BYTES = 4 * 1024 * 1024
 DRAIN_TIMEOUT_S = 2.0  # at exit, how long queued datagrams may take to go out
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; not exported by Python
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: receive time as a timespec
+TIMESTAMP_CMSG_BYTES = socket.CMSG_SPACE(16)
 
 
 class NodeRuntime:
@@ -138,13 +142,28 @@ class NodeRuntime:
     async def _receiver(self) -> None:
         while True:
             try:
-                data, addr = await self.sock.recvfrom(MAX_DATAGRAM_BYTES + 1024)
+                data, ancillary, _flags, addr = await self.sock.recvmsg(
+                    MAX_DATAGRAM_BYTES + 1024, TIMESTAMP_CMSG_BYTES
+                )
             except (ConnectionRefusedError, ConnectionResetError):
                 # An ICMP error for an earlier send: information, not a failure.
                 self.counters["rx_icmp_error"] += 1
                 continue
-            self.peer.receive_datagram(data, addr[:2], self.now())
+            now = self.now()
+            self.peer.receive_datagram(data, addr[:2], now, self._arrival(ancillary, now))
             self.flush()
+
+    def _arrival(self, ancillary: list[tuple[int, int, bytes]], now: float) -> float:
+        """When the datagram reached the socket, on our clock: the kernel's
+        receive timestamp (wall clock) moved back from `now` by how long it waited
+        for us. RTT samples start and end there, not when this task got to run."""
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                seconds, nanoseconds = struct.unpack_from("qq", payload)
+                waited = time.time() - (seconds + nanoseconds * 1e-9)
+                return now - min(max(waited, 0.0), 1.0)
+        self.counters["rx_no_timestamp"] += 1
+        return now
 
     async def _sender(self, sent_all: trio.Event) -> None:
         async for data, addr in self._outgoing:
@@ -345,6 +364,9 @@ async def open_udp(bind: Address) -> trio.socket.SocketType:
             break
         except OSError:
             continue
+    # The kernel stamps each datagram as it arrives (NodeRuntime._arrival).
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     await sock.bind(bind)
     return sock
 

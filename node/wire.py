@@ -246,6 +246,10 @@ class Ping(msgspec.Struct, tag=13, array_like=True, frozen=True):
 
 class Pong(msgspec.Struct, tag=14, array_like=True, frozen=True):
     nonce: int
+    # How long the answering peer held the Ping, microseconds: from the
+    # kernel's receive timestamp to the Pong's encoding (the prober takes it
+    # off the RTT, so the answerer's scheduling is not latency).
+    held_us: int = 0
 
 
 Message = (

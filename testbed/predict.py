@@ -384,9 +384,9 @@ def _emulated(
         rate=spec.probe_rate,
         clamp=spec.topology.clamp,
         seed=seeds[0],
+        concurrency=spec.ping_concurrency,
         on_host=None if on_ping is None else lambda done: on_ping(done, n),
     )
-    write_json(run_dir / "pings.json", table.to_json())
     emu.update(
         samples=max(t.samples for t in spec.techniques),
         rate_per_peer=spec.probe_rate,

@@ -254,7 +254,8 @@ class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
     boundary_ms: float | None = None  # Table 5.6's error rates at this cluster diameter
     paper: Literal["5.2", "5.4", "5.5", "5.6"] | None = None  # the thesis's table to print beside
     workers: int = 0  # processes running seeds side by side; 0: one per core
-    probe_rate: float = 50.0  # emulator: Pings per second per peer (the prober's budget)
+    probe_rate: float = 50.0  # emulator: Pings per second per peer (the prober's budget) ...
+    ping_concurrency: int = 8  # ... and how many peers measure at a time
 
     def seed_list(self) -> list[int]:
         return list(range(1, self.seeds + 1)) if isinstance(self.seeds, int) else list(self.seeds)
@@ -271,6 +272,8 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
         fail("seeds", f"need distinct seeds, got {spec.seeds}")
     if spec.engine == "emu" and "{seed}" in spec.topology.ref:
         fail("topology.ref", "the emulator runs one map: no {seed} in the ref")
+    if spec.ping_concurrency < 1:
+        fail("ping_concurrency", "must be at least 1")
     if not (math.isfinite(spec.probe_rate) and spec.probe_rate > 0):
         fail("probe_rate", "must be a positive number of Pings per second")
     if not spec.techniques:

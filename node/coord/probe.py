@@ -26,6 +26,8 @@ __all__ = ["FILTERS", "ProbeConfig", "Prober", "summarize"]
 
 Address = tuple[str, int]
 FILTERS = ("mean", "median", "min", "lowest_quartile")
+# A peer that held a Ping longer than this before answering reports this.
+MAX_HELD_S = 10.0
 
 
 def summarize(rtts: Sequence[float], how: str) -> float:
@@ -109,6 +111,7 @@ class Prober:
         self.sent = 0
         self.answered = 0  # Pongs we served
         self.unexpected = 0  # Pongs for no sample of ours (late, duplicated or forged)
+        self.bad_holds = 0  # Pongs claiming a hold the round trip cannot contain
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -129,18 +132,30 @@ class Prober:
         self.handle_timer(now)
         return self._next_request
 
-    def handle_ping(self, addr: Address, ping: Ping, now: float) -> None:
+    def handle_ping(
+        self, addr: Address, ping: Ping, now: float, rx_at: float | None = None
+    ) -> None:
+        """Answer a Ping; `rx_at` is when it reached the socket (default: now),
+        and the Pong says how long we held it since."""
         self.answered += 1
-        self._send(addr, Pong(ping.nonce))
+        held = 0.0 if rx_at is None else min(max(now - rx_at, 0.0), MAX_HELD_S)
+        self._send(addr, Pong(ping.nonce, round(held * 1e6)))
 
-    def handle_pong(self, pong: Pong, now: float) -> None:
+    def handle_pong(self, pong: Pong, now: float, rx_at: float | None = None) -> None:
+        """A sample: from our Ping to the Pong reaching the socket (`rx_at`,
+        default now), less the time the other peer says it held the Ping."""
         entry = self._inflight.pop(pong.nonce, None)
         if entry is None:
             self.unexpected += 1
             return
         measurement, sent_at = entry
         assert measurement.rtts is not None
-        measurement.rtts.append(now - sent_at)
+        rtt = (now if rx_at is None else rx_at) - sent_at - pong.held_us / 1e6
+        if not (0 <= pong.held_us <= MAX_HELD_S * 1e6 and rtt > 0):
+            self.bad_holds += 1  # a hold longer than the round trip: not a sample
+            measurement.lost += 1
+        else:
+            measurement.rtts.append(rtt)
         self._finish_if_done(measurement, now)
 
     def handle_timer(self, now: float) -> None:

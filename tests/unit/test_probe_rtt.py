@@ -23,7 +23,8 @@ A, B, C = ("10.0.0.1", 7000), ("10.0.0.2", 7000), ("10.0.0.3", 7000)
 class Net:
     """Delivers datagrams after a fixed one-way delay per (source, destination)."""
 
-    def __init__(self, peers, delay, drop=lambda data, src, dst: False):
+    def __init__(self, peers, delay, drop=lambda data, src, dst: False, late=0.0):
+        self.late = late  # each peer takes in a datagram this long after it arrived
         self.peers = {p.address: p for p in peers}
         self.delay, self.drop = delay, drop
         self.heap: list = []
@@ -52,8 +53,9 @@ class Net:
             now = nxt
             if self.heap and self.heap[0][0] == now:
                 _, _, data, src, dst = heapq.heappop(self.heap)
-                self.peers[dst].receive_datagram(data, src, now)
-                self.drain(self.peers[dst], now)
+                taken = now + self.late
+                self.peers[dst].receive_datagram(data, src, taken, now if self.late else None)
+                self.drain(self.peers[dst], taken)
             else:
                 for peer in self.peers.values():
                     peer.handle_timer(now)
@@ -81,6 +83,29 @@ def test_rtts_are_the_path_delays_and_every_sample_is_reported():
     assert done[3].rtts == pytest.approx((0.200,) * 5) and done[3].request == 2
     assert a.prober.pending == 0 and b.prober.answered == 4 and c.prober.answered == 5
     assert a.get_timer() is None  # nothing left to do (the peers never joined the overlay)
+
+
+def test_a_peer_late_to_take_in_datagrams_does_not_lengthen_the_rtt():
+    # Both peers read each datagram 7 ms after it arrived (a busy process):
+    # the sample runs from the Ping to the Pong's arrival, less the time the
+    # answerer says it held the Ping.
+    a, b = peer(A), peer(B, seed=2)
+    net = Net([a, b], {(A, B): 0.010, (B, A): 0.030}, late=0.007)
+    a.measure_rtt(2, B, 0.0, samples=3)
+    net.run(until=5.0)
+    [done] = [e for e in net.events if isinstance(e, RttMeasured)]
+    assert done.rtts == pytest.approx((0.040,) * 3)
+    # A Pong claiming a hold longer than the round trip is no sample.
+    a.measure_rtt(2, B, 10.0, samples=1)
+    [(data, _to)] = a.datagrams_to_send(10.0)
+    nonce = a._codec.decode_untrusted(data)[2].nonce
+    a.prober.handle_pong(Pong(nonce, held_us=50_000), 10.04, 10.04)
+    assert a.prober.bad_holds == 1
+    events = []
+    while (event := a.next_event()) is not None:
+        events.append(event)
+    [late] = [e for e in events if isinstance(e, RttMeasured)]
+    assert late.rtts == () and late.lost == 1
 
 
 def test_lost_samples_are_counted_after_the_timeout():
