@@ -71,6 +71,11 @@ class NodeRuntime:
         self._log = log
         self._t0 = trio.current_time()
         self._send, self._outgoing = trio.open_memory_channel[tuple[bytes, Address]](SEND_QUEUE)
+        # The same socket, for sends that need not wait (_send_now); closed by run().
+        self._direct: socket.socket | None = None
+        with contextlib.suppress(OSError, ValueError):
+            self._direct = socket.socket(fileno=os.dup(sock.fileno()))
+            self._direct.setblocking(False)
         self._timer_scope = trio.CancelScope()
         self._status_changed = trio.Event()
         self.done = trio.Event()  # set when the node should exit
@@ -101,6 +106,8 @@ class NodeRuntime:
         if wrote and self._log is not None:
             self._log.flush()
         for datagram in peer.datagrams_to_send(self.now()):
+            if self._send_now(datagram):
+                continue
             try:
                 self._send.send_nowait(datagram)
             except trio.WouldBlock:
@@ -111,6 +118,29 @@ class NodeRuntime:
         self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
         if not self._status_changed.is_set():
             self._status_changed.set()
+
+    def _send_now(self, datagram: tuple[bytes, Address]) -> bool:
+        """Send at once if the socket takes it without waiting and nothing is
+        queued before it (a Pong or a Ping leaves as its time is taken, not when
+        the sender task next runs). False: queue it for the sender task."""
+        if self._direct is None or self._outgoing.statistics().current_buffer_used:
+            return False
+        data, addr = datagram
+        for attempt in range(4):
+            try:
+                self._direct.sendto(data, addr)
+            except BlockingIOError:
+                return False
+            except (ConnectionRefusedError, ConnectionResetError):
+                # an ICMP error for an earlier datagram, reported on this send
+                self.counters["rx_icmp_error"] += 1
+                if attempt < 3:
+                    continue  # each pending error is reported once
+                self.counters["tx_error.ECONNREFUSED"] += 1
+            except OSError as exc:  # unreachable, no buffer space: UDP is lossy anyway
+                self.counters[f"tx_error.{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+            return True
+        return True
 
     def write(self, record: dict[str, Any]) -> None:
         if self._log is not None:
@@ -137,6 +167,9 @@ class NodeRuntime:
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await sent_all.wait()
             nursery.cancel_scope.cancel()
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
         self.finished.set()
 
     async def _receiver(self) -> None:

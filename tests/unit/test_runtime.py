@@ -162,6 +162,7 @@ def test_the_rtt_request_measures_real_pings_without_joining(tmp_path):
         LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=None) as h1,
         LocalPeer(tmp_path, "h2", CONFIG, POINTS[1], join=None, seed=2) as h2,
     ):
+        h2.ask("status")  # up: its socket is bound before its control socket
         answer = h1.ask("rtt", targets=[list(h2.address), ["127.0.0.1", 9]], samples=3)
         here, nobody = answer["rtts_s"]
         assert len(here) == 3 and all(0 < rtt < 0.5 for rtt in here)
