@@ -29,7 +29,7 @@ __all__ = ["main"]
 
 
 def _fail(exc: BaseException) -> int:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
     return 2 if isinstance(exc, InputError) else 1
 
 
