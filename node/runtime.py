@@ -263,7 +263,9 @@ class NodeRuntime:
         """The "rtt" control request: measure every target with the prober (under
         its budget) and answer when all are in."""
         try:
-            targets = [_address(t) for t in request.get("targets", [])]
+            if not isinstance(request.get("targets"), list):
+                raise ValueError('targets must be a list like [["10.0.0.2", 7000]]')
+            targets = [_address(t) for t in request["targets"]]
             samples = request.get("samples")
             if samples is not None and not (isinstance(samples, int) and 1 <= samples <= 1000):
                 raise ValueError(f"samples must be an integer in 1..1000, not {samples!r}")

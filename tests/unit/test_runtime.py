@@ -174,3 +174,7 @@ def test_the_rtt_request_measures_real_pings_without_joining(tmp_path):
             request(h1.control, "rtt", targets=[list(h2.address)], samples=0)
         with pytest.raises(ControlError, match=r"an address is \[host, port\]"):
             request(h1.control, "rtt", targets=["h2"])
+        for bad in (7, None, {"h2": 1}):
+            with pytest.raises(ControlError, match="targets must be a list"):
+                request(h1.control, "rtt", targets=bad)
+        assert h1.ask("status")["status"] == "idle"  # still serving
