@@ -27,12 +27,19 @@ from node.coord.dtm import Dtm, DtmConfig
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
-from testbed.analysis.prediction import boundary_errors, relative_errors
+from testbed.analysis.prediction import boundary_errors, error_percentiles, pair_errors
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
+from testbed.spec import (
+    DtmTechnique,
+    GnpTechnique,
+    PredictSpec,
+    Technique,
+    TopologySpec,
+    VivaldiTechnique,
+)
 from testbed.topology import load_topology
 
 if TYPE_CHECKING:
-    from testbed.spec import PredictSpec, Technique, TopologySpec
     from testbed.topology import Topology
 
 __all__ = [
@@ -198,7 +205,6 @@ def predict(
     """Run `technique` ("dtm", "gnp", "vivaldi" with their defaults, or a spec's
     technique) once per seed on the matrix `rtt` (ms) and pool the relative
     errors of all runs, as summary.json's `prediction.<technique>`."""
-    from testbed.spec import DtmTechnique, GnpTechnique, VivaldiTechnique
 
     if isinstance(technique, str):
         kinds = {"dtm": DtmTechnique, "gnp": GnpTechnique, "vivaldi": VivaldiTechnique}
@@ -270,7 +276,6 @@ def run_technique(
     """One technique, one seed, judged against the matrix `rtt` (ms) and measuring
     through `oracle` (default: `rtt` plus `noise`): the relative errors of all
     unordered pairs (float32), the samples each host sent, Table 5.6's rates."""
-    from testbed.spec import DtmTechnique, GnpTechnique  # the spec module imports us
 
     n = len(rtt)
     kind = type(tech).__struct_config__.tag
@@ -302,16 +307,12 @@ def run_technique(
             _neighbours(rtt, tech.neighbours, tech.nearby, rng) if tech.neighbours else None
         )
         predicted = _vivaldi(n, oracle, rng, config, _vivaldi_rounds(tech.rounds, n), neighbours)
-    upper = np.triu_indices(n, 1)
-    truth = ((rtt + rtt.T) / 2)[upper]
-    guess = ((predicted + predicted.T) / 2)[upper]
-    keep = truth > 0
-    errors = (np.abs(truth[keep] - guess[keep]) / truth[keep]).astype(np.float32)
+    errors, skipped = pair_errors(rtt, predicted)
     result: dict[str, Any] = {
         "technique": tech.name,
         "seed": seed,
-        "errors": errors,
-        **relative_errors(rtt, predicted).as_dict(),
+        "errors": errors.astype(np.float32),
+        **error_percentiles(errors, skipped).as_dict(),
         "probes_per_host": float(oracle.probes.mean()),
         "probes_per_host_max": int(oracle.probes.max()),
         "cpu_s": round(time.process_time() - started, 3),
@@ -392,21 +393,7 @@ def _emulated(
         rate_per_peer=spec.probe_rate,
         wall_s=round(table.wall_s, 3),
         lost=int(table.lost.sum()),
-        # how far a measurement is from the matrix: median of |measured - configured| / configured
-        median_measurement_error=round(
-            float(
-                np.median(
-                    [
-                        abs(np.mean(table.samples_ms[a][b]) - table.configured_ms[a, b])
-                        / table.configured_ms[a, b]
-                        for a in range(n)
-                        for b in range(n)
-                        if a != b and table.samples_ms[a][b]
-                    ]
-                )
-            ),
-            4,
-        ),
+        median_measurement_error=round(table.median_error(), 4),
     )
     truth = table.configured_ms
     for tech in spec.techniques:
@@ -417,13 +404,8 @@ def _emulated(
 
 
 def _pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    errors = np.concatenate([r["errors"] for r in runs])
-    p50, p95, p99 = (float(v) for v in np.percentile(errors, [50, 95, 99]))
     out: dict[str, Any] = {
-        "p50": round(p50, 4),
-        "p95": round(p95, 4),
-        "p99": round(p99, 4),
-        "max": round(float(errors.max()), 4),
+        **error_percentiles(np.concatenate([r["errors"] for r in runs])).as_dict(),
         "runs": len(runs),
         "probes_per_host": round(float(np.mean([r["probes_per_host"] for r in runs])), 3),
         "probes_per_host_max": max(r["probes_per_host_max"] for r in runs),
@@ -582,7 +564,6 @@ def probe_cost(
     for each size n, n hosts picked at random from `ref` per seed, DTM with
     `trees` trees; the mean and max measurements (distinct peers measured, one
     sample each) per host, and the mean over log2 n."""
-    from testbed.spec import DtmTechnique, TopologySpec
 
     tech = DtmTechnique(name="dtm", trees=trees, tolerance=tolerance)
     rows = []

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PredictionError", "boundary_errors", "relative_errors"]
+__all__ = [
+    "PredictionError",
+    "boundary_errors",
+    "error_percentiles",
+    "pair_errors",
+    "relative_errors",
+]
 
 
 @dataclass(frozen=True)
@@ -54,22 +60,27 @@ def _pairs(actual: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.nd
     return truth, guess
 
 
-def relative_errors(actual: np.ndarray, predicted: np.ndarray) -> PredictionError:
-    """Percentiles of |actual - predicted| / actual over the unordered pairs."""
+def pair_errors(actual: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, int]:
+    """|actual - predicted| / actual of every unordered pair whose actual latency
+    is positive, and how many pairs were left out for being 0."""
     truth, guess = _pairs(actual, predicted)
     keep = truth > 0
-    errors = np.abs(truth[keep] - guess[keep]) / truth[keep]
+    return np.abs(truth[keep] - guess[keep]) / truth[keep], int((~keep).sum())
+
+
+def error_percentiles(errors: np.ndarray, skipped_zero: int = 0) -> PredictionError:
+    """The 50th, 95th, 99th percentile and maximum of relative errors."""
     if errors.size == 0:
         raise ValueError("no pair with a positive actual latency")
     p50, p95, p99 = np.percentile(errors, [50, 95, 99])
     return PredictionError(
-        float(p50),
-        float(p95),
-        float(p99),
-        float(errors.max()),
-        int(errors.size),
-        int((~keep).sum()),
+        float(p50), float(p95), float(p99), float(errors.max()), int(errors.size), skipped_zero
     )
+
+
+def relative_errors(actual: np.ndarray, predicted: np.ndarray) -> PredictionError:
+    """Percentiles of |actual - predicted| / actual over the unordered pairs."""
+    return error_percentiles(*pair_errors(actual, predicted))
 
 
 def boundary_errors(actual: np.ndarray, predicted: np.ndarray, boundary: float) -> dict[str, float]:

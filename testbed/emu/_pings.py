@@ -42,6 +42,22 @@ class PingTable:
     configured_ms: np.ndarray  # (n, n) RTT the WAN core applied (after any clamp)
     wall_s: float
 
+    def median_error(self) -> float:
+        """How far a measurement is from the matrix: over the pairs, the median of
+        |mean of a pair's samples - configured RTT| / configured RTT."""
+        n = len(self.samples_ms)
+        return float(
+            np.median(
+                [
+                    abs(np.mean(self.samples_ms[a][b]) - self.configured_ms[a, b])
+                    / self.configured_ms[a, b]
+                    for a in range(n)
+                    for b in range(n)
+                    if a != b and self.samples_ms[a][b]
+                ]
+            )
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "samples_ms": [
