@@ -182,18 +182,18 @@ class NodeRuntime:
                 # An ICMP error for an earlier send: information, not a failure.
                 self.counters["rx_icmp_error"] += 1
                 continue
-            now = self.now()
-            self.peer.receive_datagram(data, addr[:2], now, self._arrival(ancillary, now))
+            wall, now = time.time(), self.now()  # together: their gap would count as waiting
+            self.peer.receive_datagram(data, addr[:2], now, self._arrival(ancillary, wall, now))
             self.flush()
 
-    def _arrival(self, ancillary: list[tuple[int, int, bytes]], now: float) -> float:
+    def _arrival(self, ancillary: list[tuple[int, int, bytes]], wall: float, now: float) -> float:
         """When the datagram reached the socket, on our clock: the kernel's
         receive timestamp (wall clock) moved back from `now` by how long it waited
         for us. RTT samples start and end there, not when this task got to run."""
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
                 seconds, nanoseconds = struct.unpack_from("qq", payload)
-                waited = time.time() - (seconds + nanoseconds * 1e-9)
+                waited = wall - (seconds + nanoseconds * 1e-9)
                 return now - min(max(waited, 0.0), 1.0)
         self.counters["rx_no_timestamp"] += 1
         return now

@@ -11,6 +11,8 @@ from testbed.emu._clean import netns_of_run
 from testbed.predict import run_prediction
 from testbed.spec import load_any_spec
 
+from ._measure import bound_ms
+
 SPEC = {
     "kind": "predict",
     "name": "predict-emu-small",
@@ -39,14 +41,15 @@ def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
     # every ordered pair pinged 3 times (the most any technique takes), none lost
     assert all(len(samples[a][b]) == 3 for a in range(10) for b in range(10) if a != b)
     assert summary["pings"]["lost"] == 0
-    # real RTTs: never earlier than the configured matrix (the engine's fidelity
-    # bound), and late only by scheduling noise, which comes in bursts on a
-    # shared machine (one pair's median was 11 ms late once): most pairs close
+    # real RTTs: never earlier than the configured matrix beyond the project's
+    # fidelity bound, and late only by scheduling noise, which comes in bursts on
+    # a shared machine (one pair's median was 11 ms late once): most pairs close
     close = 0
     for a in range(10):
         for b in range(10):
             if a != b:
-                assert min(samples[a][b]) >= configured[a, b] - 0.5, (a, b, samples[a][b])
+                early = configured[a, b] - bound_ms(configured[a, b])
+                assert min(samples[a][b]) >= early, (a, b, samples[a][b])
                 close += float(np.median(samples[a][b])) <= configured[a, b] * 1.1 + 2.0
     assert close >= 0.9 * 90
     assert summary["pings"]["median_measurement_error"] < 0.05
