@@ -20,10 +20,16 @@
 #   other (random) hosts in each branch; c joins where its tree distances fit
 #   everything it measured best.
 #
-#   Ours, and why: the base is the tree's oldest host. A random base per join
-#   (the "random measurement starting point" of Song et al.) was exact on tree
-#   metrics too, but on PlanetLab a walk that starts at a leaf gives up at the
-#   first noisy step (relative error p50 1.5 against 0.17).
+#   Ours, and why: the base is the host nearest the tree's root (the first host
+#   until it leaves). A random base per join (the "random measurement starting
+#   point" of Song et al.) was exact on tree metrics too, but on PlanetLab a walk
+#   that starts at a leaf gives up at the first noisy step (relative error p50
+#   1.5 against 0.17); so does Rejoin's when the next-oldest host becomes the
+#   base (p50 0.03 -> 1.3 over 300 rejoins on a SHARCNET-style subset).
+#   Besides the walks' places, c tries those seen from the nearest host it
+#   measured (`near_points`): the walk sees a cluster through one member, and
+#   one noisy member can send c beside the cluster rather than into it
+#   (SHARCNET-style maps 1 and 4, 9 trees: p99 0.85 -> 0.48 and 0.69 -> 0.34).
 #
 # Variants of Table 5.5: Round (measurements above 64 us rounded to a power of
 # two, in log space) is `round_above`; Lowest Quartile belongs to the probing
@@ -35,6 +41,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -57,6 +64,10 @@ class DtmConfig:
     round_above: float | None = None  # Round variant: threshold in the matrix's unit (64 us)
     every_point: bool = True  # choose among all places the walks saw, not only their ends
     fit_leaf: bool = True  # leaf weight fitted to all measurements, not the base's alone
+    # Also try the places seen from the nearest host measured (on its paths to
+    # the others): a walk from the base sees a cluster through one of its
+    # members, and on noisy input may hang c beside the cluster, not in it.
+    near_points: int = 8  # ... towards the nearest this many others (0: off)
     branch_sample: int = 64  # branches tried at a vertex with more (a star of a whole cluster)
     # A branch must run this share of d(base, c) further with c to be followed:
     # measurement noise below it is no reason to turn (1e-9: float rounding only).
@@ -73,6 +84,8 @@ class DtmConfig:
             )
         if not (isinstance(self.tolerance, int | float) and 0 <= self.tolerance < 0.5):
             raise ValueError(f"dtm.tolerance must be within [0, 0.5), not {self.tolerance!r}")
+        if not (isinstance(self.near_points, int) and self.near_points >= 0):
+            raise ValueError(f"dtm.near_points must be an integer >= 0, not {self.near_points!r}")
         if self.round_above is not None and not (self.round_above > 0):
             raise ValueError(f"dtm.round_above must be positive, not {self.round_above!r}")
 
@@ -103,7 +116,9 @@ class Dtm:
         self._vertex_host: dict[int, int] = {}
         self._free: list[int] = []  # vertices removed by leaves, for reuse
         self._rep: dict[int, int] = {}  # vertex -> a host in its subtree
+        self._deep: dict[int, int] = {}  # vertex -> the deepest host in its subtree
         self._order: list[int] = []  # hosts in join order (for deterministic choices)
+        self._base: int | None = None  # where joins start their walk
         self.measurements: dict[int, int] = {}  # host -> measurements it made to join
 
     # -- the tree -------------------------------------------------------------------------------------
@@ -242,6 +257,7 @@ class Dtm:
         else:
             at = self._new_vertex(parent, depth - self._depth[parent])
             self._rep[at] = self._rep[v]
+            self._deep[at] = self._deep[v]
             self._children[parent].remove(v)
             self._children[at].append(v)
             self._parent[v] = at
@@ -278,7 +294,10 @@ class Dtm:
         if not self._order:
             vertex = self._new_vertex(-1, 0.0)
         else:
-            base = self._vertex_host.get(self._root()) or self._order[0]
+            if self._base is None:  # the first host; once it left, the one nearest the root
+                self._base = min(self._order, key=lambda h: self._depth[self._host_vertex[h]])
+                self._reroot(self._host_vertex[self._base])
+            base = self._base
             candidates = []
             for k in range(self.config.simulated_joins):
                 walk = self._descend(base, m, k > 0)
@@ -286,18 +305,61 @@ class Dtm:
                 candidates.append(walk[-1])
                 if self.config.every_point:
                     candidates.extend(walk[:-1])
+            if self.config.near_points:
+                candidates.extend(self._near_points(seen))
             v, depth, leaf = self._best_place(candidates, seen)
             vertex = self._attach(v, depth, leaf)
         self._host_vertex[c] = vertex
         self._vertex_host[vertex] = c
         self._rep[vertex] = c
+        self._deep[vertex] = c
+        depth, a = self._depth[vertex], self._parent[vertex]
+        while a >= 0 and self._depth[self._host_vertex[self._deep[a]]] < depth:
+            self._deep[a] = c
+            a = self._parent[a]
         self._order.append(c)
 
-    def _root(self) -> int:
-        v = self._host_vertex[self._order[0]]
-        while self._parent[v] >= 0:
-            v = self._parent[v]
-        return v
+    def _deepest(self, v: int) -> int:
+        """The deepest host in the subtree of v (from its children's representatives)."""
+        best = self._vertex_host.get(v)
+        for q in self._children[v]:
+            host = self._deep[q]
+            if (
+                best is None
+                or self._depth[self._host_vertex[host]] > self._depth[self._host_vertex[best]]
+            ):
+                best = host
+        assert best is not None
+        return best
+
+    def _reroot(self, s: int) -> None:
+        """Make vertex s the root (predictions do not change). A walk from a base
+        below the root sees everything above it through one host (the up branch's
+        representative), which on a grid is a member of the base's own cluster:
+        Rejoin then hung hosts beside their clusters (SHARCNET-style p95 2,500)."""
+        path = [s]
+        while self._parent[path[-1]] >= 0:
+            path.append(self._parent[path[-1]])
+        weights = [self._weight[v] for v in path[:-1]]
+        for a, b, w in zip(path[:-1], path[1:], weights, strict=True):
+            self._children[b].remove(a)
+            self._children[a].append(b)
+            self._parent[b], self._weight[b] = a, w
+        self._parent[s], self._weight[s] = -1, 0.0
+        top = path[-1]  # the old root: without its host and its one branch, a dead end
+        if top != s and top not in self._vertex_host and not self._children[top]:
+            self._remove_leaf(top)
+        order = [s]
+        self._depth[s], self._level[s] = 0.0, 0
+        for v in order:  # breadth first: parents before children
+            for q in self._children[v]:
+                self._depth[q] = self._depth[v] + self._weight[q]
+                self._level[q] = self._level[v] + 1
+                order.append(q)
+        for v in reversed(order):
+            self._deep[v] = self._deepest(v)
+            host = self._vertex_host.get(v)
+            self._rep[v] = host if host is not None else self._rep[self._children[v][0]]
 
     def _descend(
         self, base: int, m: Callable[[int], float], shuffle: bool
@@ -320,12 +382,34 @@ class Dtm:
         sample = self.config.branch_sample
         seen: list[tuple[int, float, float]] = []
         while True:
-            branches = self._branches(u, came, tolerance, shuffle)
-            if len(branches) > sample:
-                branches = self.rng.sample(branches, sample)
+            # Branches to a lone host (a cluster's members around its star) last:
+            # once a bigger branch runs further with c than any of them could
+            # (their edge), c does not part here and they go unmeasured: on a tree
+            # metric that is exact, and a join through a cluster's star costs
+            # O(1) rather than `sample` measurements. Only they are sampled.
+            inner, leaves = [], []
+            for branch in self._branches(u, came, tolerance, shuffle):
+                x, q = branch[0], branch[1]
+                (leaves if q != self._parent[x] and not self._children[q] else inner).append(branch)
+            if len(inner) + len(leaves) > sample:
+                leaves = self.rng.sample(leaves, max(0, min(len(leaves), sample - len(inner))))
+            reach = max((branch[3] for branch in leaves), default=0.0)
             best: tuple[int, int, float, float] | None = None
-            for x, q, host, weight in branches:
+            for k, (x, q, host, weight) in enumerate(inner + leaves):
+                if k == len(inner) and best is not None and best[2] > at + reach + tolerance:
+                    break
                 g = (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
+                if q != self._parent[x] and self._deep[q] != host:
+                    # A branch down runs as far with c as the further of its oldest
+                    # and its deepest host says: one host stands for the branch
+                    # only on a tree metric (on a grid the oldest may be a member
+                    # of the cluster it starts at, and hosts of the clusters
+                    # beyond it, rejoining, hung beside their own).
+                    deep = self._deep[q]
+                    g = max(
+                        g,
+                        (self._vertex_distance(s, self._host_vertex[deep]) + d_base - m(deep)) / 2,
+                    )
                 if g > at + tolerance:
                     seen.append(self._on_edge(x, q, min(g, at + weight) - at, d_base - g))
                     if best is None or g > best[2]:
@@ -339,6 +423,23 @@ class Dtm:
                 continue
             return [*seen, self._on_edge(x, q, g - at, d_base - g)]
 
+    def _near_points(self, seen: dict[int, float]) -> list[tuple[int, float, float]]:
+        """Where c parts, seen from the nearest host a it measured, from the path
+        to each other host b it measured: at (d(c, a) + d_T(a, b) - d(c, b)) / 2
+        from a (Sequoia's join point with a as the base), a's vertex first."""
+        (a, d_a), *others = heapq.nsmallest(
+            self.config.near_points + 1, seen.items(), key=lambda item: (item[1], item[0])
+        )
+        s = self._host_vertex[a]
+        out = [(s, self._depth[s], d_a)]
+        for b, d_b in others:
+            t = self._host_vertex[b]
+            span = self._vertex_distance(s, t)
+            x = min(max((d_a + span - d_b) / 2, 0.0), span)
+            v, depth = self._point_on_path(s, t, x)
+            out.append((v, depth, max(0.0, d_a - x)))
+        return out
+
     def _on_edge(self, x: int, q: int, along: float, leaf: float) -> tuple[int, float, float]:
         """The point `along` from x towards its neighbour q, with a leaf of that weight."""
         if q == self._parent[x]:
@@ -350,7 +451,9 @@ class Dtm:
     ) -> list[tuple[int, int, int, float]]:
         """The ways on from u, not back to `came`, as (from, to, a host beyond, length).
         Edges of length 0 (a host on a path joins by one) lead to the same point:
-        the branches beyond them count as u's."""
+        the branches beyond them count as u's, and a host there is one too (its
+        distance is c's leaf: without it, c could hang there by a leaf fitted to
+        far hosts only, 0 within their noise, and its whole cluster after it)."""
         out = []
         seen = {u, came}
         stack = [u]
@@ -366,6 +469,8 @@ class Dtm:
                 weight = self._weight[q] if down else self._weight[x]
                 if weight <= tolerance:
                     stack.append(q)
+                    if q in self._vertex_host:  # a host at this very point: measured too
+                        out.append((x, q, self._vertex_host[q], weight))
                     continue
                 if not down:
                     host = self._rep_outside(x)
@@ -415,7 +520,12 @@ class Dtm:
         half = sum(weights) / 2
         ancestors: dict[int, set[int]] = {}
         best, best_misfit = candidates[0], math.inf
+        tried: set[tuple[int, float]] = set()
         for v, depth, leaf in candidates:
+            if self.config.fit_leaf:  # the leaf is refitted: one try per point
+                if (v, depth) in tried:
+                    continue
+                tried.add((v, depth))
             if v not in ancestors:
                 chain, u = set(), v
                 while u >= 0:
@@ -432,6 +542,10 @@ class Dtm:
                     if acc >= half:
                         leaf = max(0.0, gap)
                         break
+                # No host nearer in the tree than half what c measured to it: a
+                # leaf fitted to far hosts is 0 within their noise, and puts c onto
+                # a neighbour (exact fits, as on a tree metric, keep theirs).
+                leaf = max(leaf, max(d / 2 - t for d, t in zip(measured, tree, strict=True)))
             misfit = 0.0
             for d, t in zip(measured, tree, strict=True):
                 misfit += abs(leaf + t - d) / max(d, 1e-12)
@@ -447,6 +561,8 @@ class Dtm:
         del self._vertex_host[v]
         self._order.remove(c)
         self.measurements.setdefault(c, 0)
+        if c == self._base:
+            self._base = None
         above = self._parent[v]
         if not self._children[v]:
             self._remove_leaf(v)
@@ -454,6 +570,8 @@ class Dtm:
             above = v  # a branch point as well: it stays, as a vertex without a host
         # Representatives that named c now name another host below.
         while above >= 0:
+            if self._deep.get(above) == c:
+                self._deep[above] = self._deepest(above)
             if self._rep.get(above) == c:
                 host = self._vertex_host.get(above)
                 self._rep[above] = host if host is not None else self._rep[self._children[above][0]]
@@ -463,6 +581,7 @@ class Dtm:
         parent = self._parent[v]
         self._free.append(v)
         self._rep.pop(v, None)
+        self._deep.pop(v, None)
         if parent < 0:
             return
         self._children[parent].remove(v)
@@ -480,13 +599,19 @@ class Dtm:
             self._weight[child] += self._weight[parent]
             self._free.append(parent)
             self._rep.pop(parent, None)
+            self._deep.pop(parent, None)
             self._bump_levels(child)
 
     def rejoin_all(self, measure: Measure) -> None:
         """The Rejoin variant: once everyone has joined, each host in join order
-        leaves and joins again (serialised, with global knowledge)."""
+        leaves and joins again (serialised, with global knowledge); all but the
+        base, whose place is where every walk starts (moving it moves the tree's
+        reference point, and on a grid the new base is a cluster member whose
+        walks hang hosts of other clusters beside theirs)."""
         for c in list(self._order):
             if len(self._order) < 2:
                 return
+            if c == self._base:
+                continue
             self.leave(c)
             self.join(c, measure)

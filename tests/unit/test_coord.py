@@ -132,6 +132,27 @@ def tree_metric(n: int, seed: int) -> np.ndarray:
     return d
 
 
+def path_lengths(parent: list[int], weight: list[float], hosts: list[int]) -> np.ndarray:
+    """Tree path lengths between `hosts` (vertices of the tree given by parent and edge weight)."""
+    depth = [0.0] * len(parent)
+    for v in range(1, len(parent)):  # parents come first
+        depth[v] = depth[parent[v]] + weight[v]
+
+    def ancestors(v):
+        out = []
+        while v >= 0:
+            out.append(v)
+            v = parent[v]
+        return out
+
+    chains = [ancestors(h) for h in hosts]
+    d = np.zeros((len(hosts), len(hosts)))
+    for i, j in itertools.product(range(len(hosts)), repeat=2):
+        lca = next(v for v in chains[j] if v in set(chains[i]))
+        d[i, j] = depth[hosts[i]] + depth[hosts[j]] - 2 * depth[lca]
+    return d
+
+
 def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:
     dtm = Dtm(config, random.Random(seed))
     order = list(range(len(d)))
@@ -154,6 +175,51 @@ def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins(config)
         assert sum(dtm.measurements.values()) < 120 * 119 / 4  # far from all pairs
     dtm.rejoin_all(lambda a, b: float(d[a, b]))
     assert np.abs(dtm.predict_all(list(range(120))) - d).max() < 1e-9
+
+
+def test_dtm_passes_a_clusters_star_without_measuring_its_members():
+    # Vertex 1 is a cluster's switch with 200 members 4 us away; the grid goes on
+    # through it to vertex 2 (20 ms) and its hosts. A host joining beyond the
+    # switch measures a member or two, not all 64 of a branch sample.
+    parent = [-1, 0, 1, 2, 2, 2] + [1] * 200
+    weight = [0.0, 50.0, 20.0, 5.0, 5.0, 3.0] + [0.004] * 200
+    hosts = [0, 3, 4, *range(6, 206), 5]  # the root, vertex 2's two, the members, the joiner
+    d = path_lengths(parent, weight, hosts)
+    dtm = Dtm(DtmConfig(), random.Random(1))
+    for host in range(len(hosts)):
+        dtm.join(host, lambda a, b: float(d[a, b]))
+    joiner = len(hosts) - 1
+    assert dtm.measurements[joiner] <= 6
+    assert np.abs(dtm.predict_all(list(range(len(hosts)))) - d).max() < 1e-9
+    assert max(dtm.measurements[h] for h in range(3, joiner)) <= 64 + 4  # members: one sample
+
+
+def test_dtm_rejoin_and_a_departed_base_keep_the_tree_exact():
+    d = tree_metric(80, seed=5)
+    dtm = build(d, DtmConfig())
+    base = dtm.hosts[0]
+    dtm.leave(base)  # the walks' base: the tree is re-rooted at the host nearest the root
+    dtm.join(base, lambda a, b: float(d[a, b]))
+    assert np.abs(dtm.predict_all(list(range(80))) - d).max() < 1e-9
+    dtm.rejoin_all(lambda a, b: float(d[a, b]))
+    assert np.abs(dtm.predict_all(list(range(80))) - d).max() < 1e-9
+
+
+def test_dtm_does_not_fold_a_noisy_cluster_onto_one_point():
+    # 40 members of a cluster 0.125 ms apart, one pair in eight measured at 0.25
+    # (a busy host), 256 ms from the first host: a leaf fitted to the far host
+    # alone is 0, and the members hung on one point (predicted 0 between them).
+    n = 41
+    rng = random.Random(3)
+    d = np.full((n, n), 0.125)
+    for a, b in itertools.combinations(range(1, n), 2):
+        if rng.random() < 0.125:
+            d[a, b] = d[b, a] = 0.25
+    d[0, :] = d[:, 0] = 256.0
+    np.fill_diagonal(d, 0.0)
+    dtm = build(d, DtmConfig(tolerance=0.0))
+    predicted = dtm.predict_all(list(range(n)))[1:, 1:]
+    assert predicted[~np.eye(n - 1, dtype=bool)].min() > 0.05
 
 
 def test_dtm_does_not_turn_on_measurement_noise():
