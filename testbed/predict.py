@@ -288,6 +288,7 @@ def run_technique(
             simulated_joins=tech.simulated_joins,
             round_above=tech.round_above_ms,
             branch_sample=tech.branch_sample,
+            near_points=tech.near_points,
             tolerance=tech.tolerance,
         )
         predicted = _dtm(n, oracle, rng, config, tech.rejoin, tech.trees, tech.tree_quantile)

@@ -201,6 +201,7 @@ class _Technique(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind"):
 class DtmTechnique(_Technique, tag="dtm"):
     simulated_joins: int = 1
     branch_sample: int = 64
+    near_points: int = 8  # places seen from the nearest host measured, on its paths to this many
     round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
     rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
     tolerance: float = 0.01  # share of d(base, c) a branch must run further to be followed
@@ -293,6 +294,8 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
                 fail(f"{where}.simulated_joins", "must be at least 1")
             if tech.branch_sample < 2:
                 fail(f"{where}.branch_sample", "must be at least 2")
+            if tech.near_points < 0:
+                fail(f"{where}.near_points", "must be at least 0 (0: off)")
             if not 0 <= tech.tolerance < 0.5:
                 fail(f"{where}.tolerance", "must be within [0, 0.5)")
             if tech.trees < 1:

@@ -115,6 +115,10 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
         ('kind = "predict"\n[[techniques]]\nkind = "sequoia"', "Invalid value 'sequoia'"),
         ('kind = "predict"\n[[techniques]]\nkind = "dtm"\ntrees = 0', "techniques.0 (dtm).trees"),
         (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\nnear_points = -1',
+            "techniques.0 (dtm).near_points: must be at least 0",
+        ),
+        (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_quantile = 2',
             "techniques.0 (dtm).tree_quantile",
         ),
