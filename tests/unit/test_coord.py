@@ -106,30 +106,11 @@ def test_relative_errors_and_boundary_rates():
 def tree_metric(n: int, seed: int) -> np.ndarray:
     """Path lengths between n random vertices of a random weighted tree (a tree metric)."""
     rng = random.Random(seed)
-    parent, up, depth = [-1], [0.0], [0.0]
+    parent, weight = [-1], [0.0]
     for v in range(1, 3 * n):
-        p = rng.randrange(v)
-        w = rng.uniform(1, 10)
-        parent.append(p)
-        up.append(w)
-        depth.append(depth[p] + w)
-    hosts = rng.sample(range(3 * n), n)
-
-    def ancestors(v):
-        out = []
-        while v >= 0:
-            out.append(v)
-            v = parent[v]
-        return out
-
-    chains = [ancestors(h) for h in hosts]
-    d = np.zeros((n, n))
-    for i in range(n):
-        mine = set(chains[i])
-        for j in range(n):
-            lca = next(v for v in chains[j] if v in mine)
-            d[i, j] = depth[hosts[i]] + depth[hosts[j]] - 2 * depth[lca]
-    return d
+        parent.append(rng.randrange(v))
+        weight.append(rng.uniform(1, 10))
+    return path_lengths(parent, weight, rng.sample(range(3 * n), n))
 
 
 def path_lengths(parent: list[int], weight: list[float], hosts: list[int]) -> np.ndarray:
