@@ -319,6 +319,11 @@ class Dtm:
             a = self._parent[a]
         self._order.append(c)
 
+    def _a_host(self, v: int) -> int:
+        """A host in the subtree of v: its own, or its first child's representative."""
+        host = self._vertex_host.get(v)
+        return host if host is not None else self._rep[self._children[v][0]]
+
     def _deepest(self, v: int) -> int:
         """The deepest host in the subtree of v (from its children's representatives)."""
         best = self._vertex_host.get(v)
@@ -333,10 +338,10 @@ class Dtm:
         return best
 
     def _reroot(self, s: int) -> None:
-        """Make vertex s the root (predictions do not change). A walk from a base
-        below the root sees everything above it through one host (the up branch's
-        representative), which on a grid is a member of the base's own cluster:
-        Rejoin then hung hosts beside their clusters (SHARCNET-style p95 2,500)."""
+        """Make vertex s the root (predictions do not change), when the base left
+        and the host nearest the root takes its place: a walk from a base below
+        the root would see everything above it through one host, the up branch's
+        representative (on a grid, a member of the base's own cluster)."""
         path = [s]
         while self._parent[path[-1]] >= 0:
             path.append(self._parent[path[-1]])
@@ -358,8 +363,7 @@ class Dtm:
                 order.append(q)
         for v in reversed(order):
             self._deep[v] = self._deepest(v)
-            host = self._vertex_host.get(v)
-            self._rep[v] = host if host is not None else self._rep[self._children[v][0]]
+            self._rep[v] = self._a_host(v)
 
     def _descend(
         self, base: int, m: Callable[[int], float], shuffle: bool
@@ -377,6 +381,10 @@ class Dtm:
         """
         d_base = m(base)
         s = self._host_vertex[base]
+
+        def runs_with(host: int) -> float:  # the Gromov product (host | c) seen from the base
+            return (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
+
         u, came, at = s, -1, 0.0  # current vertex, where we came from, its distance from s
         tolerance = max(self.config.tolerance, _CLOSE) * max(d_base, 1e-12)
         sample = self.config.branch_sample
@@ -398,18 +406,14 @@ class Dtm:
             for k, (x, q, host, weight) in enumerate(inner + leaves):
                 if k == len(inner) and best is not None and best[2] > at + reach + tolerance:
                     break
-                g = (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
+                g = runs_with(host)
                 if q != self._parent[x] and self._deep[q] != host:
                     # A branch down runs as far with c as the further of its oldest
                     # and its deepest host says: one host stands for the branch
                     # only on a tree metric (on a grid the oldest may be a member
                     # of the cluster it starts at, and hosts of the clusters
                     # beyond it, rejoining, hung beside their own).
-                    deep = self._deep[q]
-                    g = max(
-                        g,
-                        (self._vertex_distance(s, self._host_vertex[deep]) + d_base - m(deep)) / 2,
-                    )
+                    g = max(g, runs_with(self._deep[q]))
                 if g > at + tolerance:
                     seen.append(self._on_edge(x, q, min(g, at + weight) - at, d_base - g))
                     if best is None or g > best[2]:
@@ -577,8 +581,7 @@ class Dtm:
             if self._deep.get(above) == c:
                 self._deep[above] = self._deepest(above)
             if self._rep.get(above) == c:
-                host = self._vertex_host.get(above)
-                self._rep[above] = host if host is not None else self._rep[self._children[above][0]]
+                self._rep[above] = self._a_host(above)
             above = self._parent[above]
 
     def _remove_leaf(self, v: int) -> None:
