@@ -1,0 +1,18 @@
+"""The churn/fault language: parser, compiler to a schedule, availability traces
+(docs/churn.md)."""
+
+from testbed.churn._compile import Event, Schedule, Universe, compile_churn
+from testbed.churn._parse import Statement, parse_churn, read_churn
+from testbed.churn._trace import read_trace, trace_schedule
+
+__all__ = [
+    "Event",
+    "Schedule",
+    "Statement",
+    "Universe",
+    "compile_churn",
+    "parse_churn",
+    "read_churn",
+    "read_trace",
+    "trace_schedule",
+]

@@ -1,0 +1,416 @@
+# Compiling a churn script into a schedule: timed events on named hosts.
+#
+# Theory of operation
+#   Statements say what happens to how many hosts, or to which; the schedule
+#   says exactly which host does what when, so that both engines (and every
+#   rerun) execute the same thing. The compiler replays the script in time
+#   order against a model of the hosts (idle, up, frozen; when each joined)
+#   and resolves every selector at the moment it acts, with one seeded rng.
+#
+#   Counts are spread, states are held: `from A to B join 10` spreads ten
+#   joins evenly over [A, B) (each picks its host when it happens), while
+#   `from A to B freeze 3` freezes three hosts at A and thaws them at B (so
+#   do partition, set latency/loss and frame: undone at B). `flap` cuts a
+#   pair at A and mends and cuts it every T until B. A percentage is of the
+#   hosts up at the statement's start (for join, too: `join 10%` grows the
+#   population by a tenth). Anything impossible (a named host that is not up,
+#   more leavers than members, a label no host has, an event after `stop`) is
+#   an error naming the statement's line, not a silent skip.
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from testbed.churn._parse import Count, Group, Selector, Statement
+from testbed.errors import InputError
+
+__all__ = ["Event", "Schedule", "Universe", "compile_churn"]
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One thing the executor does: at `t` seconds after the run's start.
+
+    verb: join, leave, crash, freeze, thaw (on `hosts`); partition (`groups`,
+    the hosts not named form one more side), heal; latency (RTT `value` in
+    seconds between groups[0] and groups[1], None: back to the matrix); loss
+    (rate `value`, between groups[0] and groups[1], or everywhere with no
+    groups); cut and mend (all traffic of a pair of groups); frame (switch to
+    matrix frame `value`); stop (the end of the run).
+    """
+
+    t: float
+    verb: str
+    hosts: tuple[str, ...] = ()
+    groups: tuple[tuple[str, ...], ...] = ()
+    value: float | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Universe:
+    """The hosts a script may name: their names and labels, and the matrix frames."""
+
+    names: Sequence[str]
+    labels: Sequence[Mapping[str, str]] = ()
+    frames: int | None = None  # how many frames the topology has (None: no frames)
+    frame: int = 1  # the frame the run starts on
+
+
+@dataclass
+class Schedule:
+    events: list[Event]
+    end: float  # when the last event happens, or `stop`'s time
+    source: str = "<churn>"
+
+    def to_jsonl(self) -> str:
+        encoder = msgspec.json.Encoder()
+        return "".join(encoder.encode(e).decode() + "\n" for e in self.events)
+
+    def quiet_periods(self, settle_s: float) -> list[float]:
+        """When the system should be quiet: settle_s after each event followed by
+        at least that long without events (and after the last one)."""
+        times = sorted({e.t for e in self.events if e.verb != "stop"})
+        out = []
+        for k, t in enumerate(times):
+            if k + 1 == len(times) or times[k + 1] - t >= settle_s:
+                out.append(t + settle_s)
+        return out
+
+
+class _Model:
+    """Who is idle, up or frozen as the script runs (in time order)."""
+
+    def __init__(self, universe: Universe, source: str) -> None:
+        self.universe = universe
+        self.source = source
+        self.index = {name: k for k, name in enumerate(universe.names)}
+        self.up: dict[str, float] = {}  # name -> when it joined (insertion order = join order)
+        self.frozen: set[str] = set()
+        self.frame = universe.frame
+
+    def fail(self, statement: Statement, reason: str, column: int | None = None) -> InputError:
+        return InputError(
+            f"`{statement.text}`: {reason}",
+            source=self.source,
+            line=statement.line,
+            column=column or statement.column,
+        )
+
+    def pool(self, verb: str) -> list[str]:
+        names = self.universe.names
+        if verb == "join":
+            return [h for h in names if h not in self.up]
+        if verb == "thaw":
+            return [h for h in self.up if h in self.frozen]
+        if verb == "crash":
+            return list(self.up)
+        return [h for h in self.up if h not in self.frozen]  # leave, freeze
+
+    def members_of(self, group: Group, statement: Statement) -> list[str]:
+        """The hosts of a group, in the topology's order (whatever their state)."""
+        if group.everyone:
+            return list(self.universe.names)
+        if group.label is not None:
+            key, value = group.label
+            labels = self.universe.labels
+            hosts = [
+                name
+                for name, lab in zip(self.universe.names, labels, strict=False)
+                if lab.get(key) == value
+            ]
+            if not hosts:
+                known = sorted({f"{k}={v}" for lab in labels for k, v in lab.items()})
+                shown = ", ".join(known[:12]) + (" ..." if len(known) > 12 else "")
+                raise self.fail(
+                    statement,
+                    f"no host has the label {key}={value}"
+                    + (f" (labels: {shown})" if known else " (the hosts have no labels)"),
+                )
+            return hosts
+        for name in group.names:
+            if name not in self.index:
+                examples = ", ".join(self.universe.names[:3])
+                raise self.fail(
+                    statement,
+                    f"no host is named {name!r} (the hosts are {examples}, ... "
+                    f"{len(self.universe.names)} in all)",
+                )
+        return list(dict.fromkeys(group.names))
+
+    def how_many(self, count: Count, base: int) -> int:
+        if not count.percent:
+            return int(count.value)
+        return math.floor(count.value / 100.0 * base + 0.5)
+
+
+def _when(t: float) -> str:
+    return f"{t:g}s"
+
+
+def compile_churn(
+    statements: Sequence[Statement],
+    universe: Universe,
+    seed: int,
+    source: str = "<churn>",
+) -> Schedule:
+    """Resolve a parsed script against `universe` into a deterministic schedule.
+
+    Raises InputError (file:line:column) for anything the hosts cannot do.
+    """
+    if not universe.names:
+        raise InputError("the run has no hosts for the churn script to act on", source=source)
+    model = _Model(universe, source)
+    rng = random.Random(f"{seed}/churn")
+    events: list[Event] = []
+    queue: list[tuple[float, int, int, Callable[[float], None]]] = []
+    order = 0
+
+    def later(t: float, line: int, action: Callable[[float], None]) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(queue, (t, line, order, action))
+
+    stop: Statement | None = None
+    for statement in statements:
+        if statement.verb == "stop" and (stop is None or statement.start < stop.start):
+            stop = statement
+    for statement in statements:
+        if stop is not None and statement is not stop:
+            last = statement.end if statement.end is not None else statement.start
+            if last > stop.start:
+                raise model.fail(
+                    statement,
+                    f"it runs until {_when(last)}, after `stop` at {_when(stop.start)} "
+                    f"(line {stop.line})",
+                )
+        _check_when(statement, model)
+        later(statement.start, statement.line, _starter(statement, model, rng, events, later))
+
+    while queue:
+        t, _, _, action = heapq.heappop(queue)
+        action(t)
+    events.sort(key=lambda e: e.t)  # stable: equal times keep the script's order
+    end = stop.start if stop is not None else max((e.t for e in events), default=0.0)
+    return Schedule(events, end, source)
+
+
+_HELD = {"freeze", "partition", "latency", "loss", "frame"}
+_AT_ONLY = {"thaw", "heal", "stop"}
+
+
+def _check_when(statement: Statement, model: _Model) -> None:
+    if statement.verb in _AT_ONLY and statement.end is not None:
+        raise model.fail(statement, f"`{statement.verb}` happens at one time: write `at T`")
+    if statement.verb == "flap" and statement.end is None:
+        raise model.fail(statement, "`flap` needs a span: `from T to T flap A -- B every T`")
+    if statement.verb == "churn" and statement.period is not None and statement.end is None:
+        raise model.fail(statement, "`churn X% per T` needs a span: `from T to T churn ...`")
+    if statement.verb == "frame":
+        frame = statement.value
+        frames = model.universe.frames
+        assert frame is not None
+        if frames is None:
+            raise model.fail(statement, "this topology has no matrix frames to switch to")
+        if not 1 <= frame <= frames:
+            raise model.fail(statement, f"frame {frame:g} does not exist (frames 1..{frames})")
+
+
+def _starter(
+    statement: Statement,
+    model: _Model,
+    rng: random.Random,
+    events: list[Event],
+    later: Callable[[float, int, Callable[[float], None]], None],
+) -> Callable[[float], None]:
+    """What happens at a statement's start (which may schedule more)."""
+    verb, line = statement.verb, statement.line
+
+    def emit(t: float, verb: str, **fields: Any) -> None:
+        events.append(Event(t=round(t, 6), verb=verb, line=line, **fields))
+
+    def apply_hosts(t: float, verb: str, hosts: list[str]) -> None:
+        for host in hosts:
+            if verb == "join":
+                model.up[host] = t
+            elif verb in ("leave", "crash"):
+                model.up.pop(host, None)
+                model.frozen.discard(host)
+            elif verb == "freeze":
+                model.frozen.add(host)
+            elif verb == "thaw":
+                model.frozen.discard(host)
+        if hosts:
+            emit(t, verb, hosts=tuple(hosts))
+
+    def select(t: float, verb: str, selector: Selector, count: int | None) -> list[str]:
+        pool = model.pool(verb)
+        if selector.group is not None:
+            wanted = set(model.members_of(selector.group, statement))
+            if selector.how == "group":
+                missing = [h for h in model.members_of(selector.group, statement) if h not in pool]
+                named = selector.group.names and not selector.group.everyone
+                if named and missing:
+                    raise model.fail(
+                        statement,
+                        f"at {_when(t)} {missing[0]} cannot {verb}: {_state(model, missing[0])}",
+                    )
+            pool = [h for h in pool if h in wanted]
+        if selector.how == "group":
+            if not pool:
+                raise model.fail(statement, f"at {_when(t)} no host of {selector.group} can {verb}")
+            return pool
+        assert count is not None
+        if count > len(pool):
+            raise model.fail(
+                statement,
+                f"at {_when(t)} {count} host(s) should {verb} but only {len(pool)} can "
+                f"({_pool_words(verb)})",
+            )
+        if selector.how == "random":
+            return sorted(rng.sample(pool, count), key=model.index.__getitem__)
+        if verb == "join":  # newest/oldest of idle hosts: by the topology's order
+            return pool[-count:] if selector.how == "newest" and count else pool[:count]
+        by_age = sorted(pool, key=lambda h: model.up[h])
+        return by_age[-count:][::-1] if selector.how == "newest" and count else by_age[:count]
+
+    def start(t: float) -> None:
+        if verb in ("join", "leave", "crash", "freeze", "thaw"):
+            selector = statement.selector
+            assert selector is not None
+            base = len(model.up)
+            count = model.how_many(selector.count, base) if selector.count is not None else None
+            if statement.end is None or verb in ("freeze", "thaw"):
+                hosts = select(t, verb, selector, count)
+                apply_hosts(t, verb, hosts)
+                if verb == "freeze" and statement.end is not None:
+                    end = statement.end
+
+                    def thaw(t: float, hosts: list[str] = hosts) -> None:
+                        apply_hosts(t, "thaw", [h for h in hosts if h in model.frozen])
+
+                    later(end, line, thaw)
+                return
+            # A count spread over the span: each event picks its host when it happens.
+            if selector.how == "group":
+                hosts = select(t, verb, selector, None)
+                steps = _spread(t, statement.end, len(hosts))
+                for host, when in zip(hosts, steps, strict=True):
+                    later(when, line, lambda t, host=host: _one(t, host))
+                return
+            assert count is not None
+            single = Selector(selector.how, Count(1), selector.group)
+            for when in _spread(t, statement.end, count):
+                later(when, line, lambda t: apply_hosts(t, verb, select(t, verb, single, 1)))
+        elif verb == "churn":
+            share = statement.value
+            assert share is not None
+            if statement.end is None:
+                count = math.floor(share * len(model.up) + 0.5)
+                _replace(t, count)
+                return
+            span = statement.end - t
+            total = share * len(model.up) * (span / statement.period if statement.period else 1.0)
+            for when in _spread(t, statement.end, math.floor(total + 0.5)):
+                later(when, line, lambda t: _replace(t, 1))
+        elif verb == "partition":
+            sides = [model.members_of(g, statement) for g in statement.groups]
+            seen: dict[str, int] = {}
+            for k, side in enumerate(sides):
+                for host in side:
+                    if host in seen and seen[host] != k:
+                        raise model.fail(statement, f"{host} is on two sides of the partition")
+                    seen[host] = k
+            emit(t, "partition", groups=tuple(tuple(s) for s in sides))
+            if statement.end is not None:
+                later(statement.end, line, lambda t: emit(t, "heal"))
+        elif verb == "heal":
+            emit(t, "heal")
+        elif verb in ("latency", "loss"):
+            groups = tuple(tuple(model.members_of(g, statement)) for g in statement.groups)
+            emit(t, verb, groups=groups, value=statement.value)
+            if statement.end is not None:
+                undo = None if verb == "latency" else 0.0
+                later(statement.end, line, lambda t: emit(t, verb, groups=groups, value=undo))
+        elif verb == "frame":
+            assert statement.value is not None
+            before, model.frame = model.frame, int(statement.value)
+            emit(t, "frame", value=statement.value)
+            if statement.end is not None:
+
+                def back(t: float) -> None:
+                    model.frame = before
+                    emit(t, "frame", value=float(before))
+
+                later(statement.end, line, back)
+        elif verb == "flap":
+            groups = tuple(tuple(model.members_of(g, statement)) for g in statement.groups)
+            assert statement.period is not None
+            assert statement.end is not None
+            k, when = 0, t
+            while when < statement.end - 1e-9:
+                emit(when, "cut" if k % 2 == 0 else "mend", groups=groups)
+                k += 1
+                when = t + k * statement.period
+            if k % 2 == 1:
+                emit(statement.end, "mend", groups=groups)
+        elif verb == "stop":
+            emit(t, "stop")
+
+    def _one(t: float, host: str) -> None:
+        if host not in model.pool(verb):
+            raise model.fail(
+                statement, f"at {_when(t)} {host} cannot {verb}: {_state(model, host)}"
+            )
+        apply_hosts(t, verb, [host])
+
+    def _replace(t: float, count: int) -> None:
+        if count == 0:
+            return
+        leavers = model.pool("leave")
+        joiners = model.pool("join")
+        if count > len(leavers):
+            raise model.fail(
+                statement, f"at {_when(t)} churn replaces {count} host(s) but {len(leavers)} are up"
+            )
+        if count > len(joiners):
+            raise model.fail(
+                statement,
+                f"at {_when(t)} churn replaces {count} host(s) but only {len(joiners)} are idle "
+                "to take their place (the topology needs more hosts than the run keeps up)",
+            )
+        out = sorted(rng.sample(leavers, count), key=model.index.__getitem__)
+        new = sorted(rng.sample(joiners, count), key=model.index.__getitem__)
+        apply_hosts(t, "leave", out)
+        apply_hosts(t, "join", new)
+
+    return start
+
+
+def _spread(start: float, end: float, count: int) -> list[float]:
+    if count <= 0:
+        return []
+    step = (end - start) / count
+    return [start + k * step for k in range(count)]
+
+
+def _state(model: _Model, host: str) -> str:
+    if host not in model.up:
+        return "it is not up"
+    if host in model.frozen:
+        return "it is frozen"
+    return "it is up"
+
+
+def _pool_words(verb: str) -> str:
+    return {
+        "join": "hosts not up",
+        "thaw": "frozen hosts",
+        "crash": "hosts up",
+    }.get(verb, "hosts up and not frozen")

@@ -1,0 +1,290 @@
+# The churn language: parsing (with positions in every error), compiling to a
+# deterministic schedule, Splay availability traces, and a property test that
+# feeds generated and mutated scripts to the parser.
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from testbed.churn import Universe, compile_churn, parse_churn, trace_schedule
+from testbed.errors import InputError
+
+NAMES = [f"h{k}" for k in range(1, 41)]
+LABELS = [{"cluster": f"c{k % 4}"} for k in range(40)]
+UNIVERSE = Universe(NAMES, LABELS, frames=18)
+
+
+def compile_text(text: str, seed: int = 1, universe: Universe = UNIVERSE):
+    return compile_churn(parse_churn(text, "t.churn"), universe, seed, "t.churn")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30.0),
+        ("1m30s", 90.0),
+        ("(10*60-4)s", 596.0),
+        ("500ms", 0.5),
+        ("1h2m3.5s", 3723.5),
+        ("45", 45.0),
+        ("( 2 * (3 + 1) / 4 )m", 120.0),
+    ],
+)
+def test_time_expressions(text, seconds):
+    (statement,) = parse_churn(f"at {text} join 1")
+    assert statement.start == pytest.approx(seconds)
+
+
+def test_every_statement_kind_parses_to_its_fields():
+    script = """
+    # a comment, then blank lines
+
+    at 0s join 64            # trailing comment
+    from 1m to 2m join 10%
+    at 3m crash random 3 of cluster=c3
+    from 5m to 6m freeze newest 2
+    at 7m thaw all
+    from 8m to 20m churn 5% per 1m
+    from 9m to 10m partition h1,h2 | h4 | cluster=c2
+    at 10m heal
+    from 11m to 12m set latency cluster=c1 -- cluster=c2 120ms
+    at 13m set latency h1 -- h2 matrix
+    at 13m set loss all 5%
+    at 15m frame 3
+    from 16m to 17m flap h1 -- c3-17 every 5s
+    at 30m stop
+    """
+    s = parse_churn(script, "t.churn")
+    assert [x.verb for x in s] == [
+        "join", "join", "crash", "freeze", "thaw", "churn", "partition", "heal",
+        "latency", "latency", "loss", "frame", "flap", "stop",
+    ]  # fmt: skip
+    assert s[0].line == 4 and s[0].selector.count.value == 64
+    assert s[1].selector.count.percent and (s[1].start, s[1].end) == (60, 120)
+    assert s[2].selector.how == "random" and s[2].selector.group.label == ("cluster", "c3")
+    assert s[3].selector.how == "newest"
+    assert s[4].selector.group.everyone
+    assert s[5].value == pytest.approx(0.05) and s[5].period == 60
+    assert [g.names or g.label for g in s[6].groups] == [("h1", "h2"), ("h4",), ("cluster", "c2")]
+    assert s[8].value == pytest.approx(0.120) and s[9].value is None
+    assert s[10].groups == () and s[10].value == pytest.approx(0.05)
+    assert s[11].value == 3 and s[12].period == 5 and s[12].groups[1].names == ("c3-17",)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "says"),
+    [
+        ("at join 5", 1, 4, "expected ("),
+        ("at 5s jion 3", 1, 7, "`join`"),
+        ("at 5s join", 1, 11, "ends too early"),
+        ("\n\nfrom 5s to 3s join 1", 3, 12, "end must come after"),
+        ("at 5s join 2.5", 1, 12, "whole number"),
+        ("at 5s leave 150%", 1, 13, "at most 100%"),
+        ("at (3-5)s join 1", 1, 9, ">= 0"),
+        ("at 5s partition h1", 1, 19, "ends too early; expected |"),
+        ("at 5s flap h1 -- h2 every 0s", 1, 27, "T > 0"),
+        ("at 1s join 1\nat 2s set loss h1 -- h2 101%", 2, 25, "more than 100%"),
+        ("at 5s join €", 1, 12, "unexpected '€'"),
+    ],
+)
+def test_syntax_errors_name_line_column_and_what_was_expected(text, line, column, says):
+    with pytest.raises(InputError) as caught:
+        parse_churn(text, "bad.churn")
+    error = caught.value
+    assert (error.source, error.line, error.column) == ("bad.churn", line, column)
+    assert says in error.reason
+    assert str(error).startswith(f"bad.churn:{line}:{column}: ")
+
+
+def test_a_schedule_is_deterministic_per_seed():
+    script = "at 0s join 20\nfrom 10s to 60s churn 50%\nat 70s crash 25%"
+    a, b, c = compile_text(script, 1), compile_text(script, 1), compile_text(script, 2)
+    assert a.events == b.events and a.events != c.events
+    assert a.to_jsonl() == b.to_jsonl()
+
+
+def test_counts_are_spread_and_states_are_held():
+    s = compile_text(
+        "at 0s join 10\nfrom 10s to 20s join 4\nfrom 30s to 40s freeze 3\n"
+        "from 50s to 60s partition cluster=c0 | cluster=c1\nfrom 70s to 80s frame 5"
+    )
+    joins = [e for e in s.events if e.verb == "join"]
+    assert [e.t for e in joins] == [0, 10, 12.5, 15, 17.5]
+    assert len(joins[0].hosts) == 10 and all(len(e.hosts) == 1 for e in joins[1:])
+    freeze, thaw = (e for e in s.events if e.verb in ("freeze", "thaw"))
+    assert (freeze.t, thaw.t) == (30, 40) and freeze.hosts == thaw.hosts and len(freeze.hosts) == 3
+    assert [(e.t, e.verb) for e in s.events if e.verb in ("partition", "heal")] == [
+        (50, "partition"),
+        (60, "heal"),
+    ]
+    assert [(e.t, e.value) for e in s.events if e.verb == "frame"] == [(70, 5), (80, 1)]
+    assert s.end == 80
+
+
+def test_churn_keeps_the_population_and_percentages_are_of_hosts_up():
+    s = compile_text("at 0s join 20\nat 10s churn 25%\nfrom 20s to 40s churn 10% per 5s")
+    up: set[str] = set()
+    for e in s.events:
+        if e.verb == "join":
+            assert not up & set(e.hosts)  # only idle hosts join
+            up |= set(e.hosts)
+        elif e.verb == "leave":
+            assert set(e.hosts) <= up
+            up -= set(e.hosts)
+    assert len(up) == 20
+    at10 = [e for e in s.events if e.t == 10]
+    assert [(e.verb, len(e.hosts)) for e in at10] == [("leave", 5), ("join", 5)]
+    # 10 % of 20 per 5 s over 20 s: 8 replacements, one every 2.5 s.
+    assert [e.t for e in s.events if e.verb == "leave" and e.t >= 20] == [
+        20 + 2.5 * k for k in range(8)
+    ]
+
+
+def test_newest_picks_the_most_recently_joined():
+    s = compile_text("at 0s join h1,h2,h3\nat 5s join h9\nat 6s join h4\nat 10s crash newest 2")
+    (crash,) = (e for e in s.events if e.verb == "crash")
+    assert crash.hosts == ("h4", "h9")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "says"),
+    [
+        ("at 0s join 41", 1, "only 40 can"),
+        ("at 0s join 5\nat 1s crash h39", 2, "h39 cannot crash: it is not up"),
+        ("at 0s join 5\nat 1s leave cluster=c9", 2, "no host has the label cluster=c9"),
+        ("at 0s join h99", 1, "no host is named 'h99'"),
+        ("at 5s frame 19", 1, "frames 1..18"),
+        ("at 0s join 3\nat 5s stop\nat 6s join 1", 3, "after `stop` at 5s (line 2)"),
+        ("from 0s to 5s heal", 1, "write `at T`"),
+        ("at 5s flap h1 -- h2 every 1s", 1, "needs a span"),
+        ("at 0s join 40\nat 1s churn 10%", 2, "only 0 are idle"),
+        ("at 0s partition h1,h2 | h2,h3", 1, "h2 is on two sides"),
+    ],
+)
+def test_impossible_scripts_are_rejected_with_the_line(text, line, says):
+    with pytest.raises(InputError) as caught:
+        compile_text(text)
+    assert caught.value.line == line and says in caught.value.reason, str(caught.value)
+
+
+def test_quiet_periods_follow_each_burst():
+    s = compile_text("at 0s join 10\nat 1s join 2\nat 30s crash 2\nat 100s leave 1")
+    assert s.quiet_periods(10) == [11, 40, 110]
+
+
+def test_splay_availability_trace():
+    text = "# node on/off times\n0 10 20\n\n5 6\n3\n"
+    s = trace_schedule(text, NAMES[:4], source="t.trace")
+    assert [(e.t, e.verb, e.hosts[0]) for e in s.events] == [
+        (0, "join", "h1"),
+        (3, "join", "h4"),
+        (5, "join", "h3"),
+        (6, "leave", "h3"),
+        (10, "leave", "h1"),
+        (20, "join", "h1"),
+    ]
+    crashes = trace_schedule("0 1", NAMES, down="crash")
+    assert [e.verb for e in crashes.events] == ["join", "crash"]
+    with pytest.raises(InputError) as caught:
+        trace_schedule("0 10\n5 4", NAMES, source="t.trace")
+    assert (caught.value.line, caught.value.column) == (2, 3) and "increase" in caught.value.reason
+    with pytest.raises(InputError) as caught:
+        trace_schedule("0 x", NAMES, source="t.trace")
+    assert (caught.value.line, caught.value.column) == (1, 3)
+    with pytest.raises(InputError, match="more nodes"):
+        trace_schedule("0\n0\n0", NAMES[:2])
+
+
+# -- property test: generated and mutated scripts ------------------------------------------------
+
+_times = st.one_of(
+    st.integers(0, 3600).map(str),
+    st.integers(0, 3600).map(lambda v: f"{v}s"),
+    st.tuples(st.integers(0, 59), st.integers(0, 59)).map(lambda mv: f"{mv[0]}m{mv[1]}s"),
+    st.integers(0, 5000).map(lambda v: f"{v}ms"),
+    st.tuples(st.integers(1, 60), st.integers(0, 59)).map(lambda ab: f"({ab[0]}*60-{ab[1]})s"),
+)
+_groups = st.one_of(
+    st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map(",".join),
+    st.sampled_from([f"cluster=c{k}" for k in range(4)]),
+    st.just("all"),
+)
+_counts = st.one_of(st.integers(0, 50).map(str), st.integers(0, 100).map(lambda v: f"{v}%"))
+_selectors = st.one_of(
+    _counts,
+    st.tuples(st.sampled_from(["random", "newest", "oldest"]), _counts, st.none() | _groups).map(
+        lambda t: f"{t[0]} {t[1]}" + (f" of {t[2]}" if t[2] else "")
+    ),
+    _groups,
+)
+_actions = st.one_of(
+    st.tuples(st.sampled_from(["join", "leave", "crash", "freeze", "thaw"]), _selectors).map(
+        " ".join
+    ),
+    st.tuples(st.integers(0, 100), st.none() | _times).map(
+        lambda t: f"churn {t[0]}%" + (f" per {t[1]}" if t[1] else "")
+    ),
+    st.lists(_groups, min_size=2, max_size=3).map(lambda gs: "partition " + " | ".join(gs)),
+    st.just("heal"),
+    st.tuples(_groups, _groups, st.one_of(_times, st.just("matrix"))).map(
+        lambda t: f"set latency {t[0]} -- {t[1]} {t[2]}"
+    ),
+    st.integers(1, 20).map(lambda f: f"frame {f}"),
+    st.tuples(_groups, _groups, _times).map(lambda t: f"flap {t[0]} -- {t[1]} every {t[2]}"),
+)
+_whens = st.one_of(
+    _times.map(lambda t: f"at {t}"),
+    st.tuples(_times, _times).map(lambda ab: f"from {ab[0]} to {ab[1]}"),
+)
+_lines = st.tuples(_whens, _actions).map(" ".join)
+_scripts = st.lists(_lines, min_size=1, max_size=12).map("\n".join)
+
+
+def _parse_or_positioned_error(text: str) -> None:
+    try:
+        statements = parse_churn(text, "p.churn")
+    except InputError as error:
+        lines = text.splitlines()
+        assert error.source == "p.churn"
+        assert error.line is not None and 1 <= error.line <= len(lines)
+        assert error.column is not None and 1 <= error.column <= len(lines[error.line - 1]) + 1
+        return
+    try:
+        compile_churn(statements, UNIVERSE, seed=1, source="p.churn")
+    except InputError as error:
+        assert error.line is not None and error.column is not None
+
+
+_settings = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_settings
+@given(_scripts)
+def test_generated_scripts_parse_or_fail_with_a_position(text):
+    _parse_or_positioned_error(text)
+
+
+@_settings
+@given(_scripts, st.data())
+def test_mutated_scripts_never_crash_the_parser(text, data):
+    chars = list(text)
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.integers(0, len(chars)))
+        kind = data.draw(st.sampled_from(["insert", "delete", "replace"]))
+        char = data.draw(st.sampled_from([*list("0123456789smh%|,=-()*/+ .#\tabz€\x00"), "--"]))
+        if kind == "insert":
+            chars.insert(where, char)
+        elif where < len(chars):
+            if kind == "delete":
+                del chars[where]
+            else:
+                chars[where] = char
+    _parse_or_positioned_error("".join(chars))
+
+
+@_settings
+@given(st.text(max_size=80))
+def test_arbitrary_text_never_crashes_the_parser(text):
+    _parse_or_positioned_error(text)
