@@ -518,6 +518,82 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 @click.option(
     "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
 )
+@overrides_option("e.g. --set campaign.seeds=[1,2] --set topology.hosts=128")
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def campaign(
+    spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None, as_json: bool
+) -> None:
+    """Run a spec under each of its [campaign] churn scripts x seeds; one table of
+    what broke (invariant violations after each quiet period) and how fast it repaired."""
+    from testbed.campaign import run_campaign
+    from testbed.spec import load_spec
+
+    extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
+    spec, _ = load_spec(spec_path, extra)
+    if spec.campaign is None:
+        raise InputError(
+            "no [campaign] table (scripts = [...], seeds = [...]); `testbed run` runs one spec",
+            source=spec_path,
+        )
+    with err_console.status(f"campaign {spec.name}") as status:
+
+        def on_run(k: int, total: int, script: str, seed: int, row: dict | None) -> None:
+            if row is None:
+                status.update(f"campaign {spec.name}: run {k + 1}/{total}, {script} seed {seed}")
+                return
+            err_console.print(
+                f"  {row['run']}: {row['status']}, {row['events_applied']} events, "
+                f"{row['violations']} violation(s), {row['wall_s']:.0f} s"
+            )
+
+        folder, result = run_campaign(spec, out=out, on_run=on_run)
+    if as_json:
+        print(json.dumps(result | {"folder": str(folder)}))
+        return
+
+    def pq(figures: dict, key: str, unit: str = "") -> str:
+        value = figures.get(key)
+        return "-" if value is None else f"{value:g}{unit}"
+
+    table = Table(title=f"campaign {spec.name} ({spec.engine})")
+    for col in ("run", "status", "events", "violations", "repair p50/p99 s", "late p50/p99 ms"):
+        table.add_column(col, justify="left" if col in ("run", "status") else "right")
+    for row in result["rows"]:
+        table.add_row(
+            row["run"],
+            row["status"],
+            str(row["events_applied"]),
+            str(row["violations"]),
+            f"{pq(row['repair_s'], 'p50')} / {pq(row['repair_s'], 'p99')}",
+            f"{pq(row['lateness_ms'], 'p50')} / {pq(row['lateness_ms'], 'p99')}",
+        )
+    table.add_section()
+    table.add_row(
+        f"{result['runs']} runs",
+        result["status"],
+        str(result["events_applied"]),
+        str(result["violations"]),
+        f"{pq(result['repair_s'], 'p50')} / {pq(result['repair_s'], 'p99')}",
+        f"{pq(result['lateness_ms'], 'p50')} / {pq(result['lateness_ms'], 'p99')}",
+    )
+    console.print(table)
+    for bad in result["violating_checks"][:10]:
+        peers = sorted({p for v in bad["first"] for p in v["peers"]})
+        lines = sorted({e["line"] for e in bad["events"]})
+        err_console.print(
+            f"  [red]{bad['run']} {bad['check']}[/]: {bad['by_kind']} peers {', '.join(peers[:8])}"
+            f"; events since the last clean check: script lines {lines}"
+        )
+    print(folder)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option(
+    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
+)
 @overrides_option("e.g. --set topology.hosts=128 --set seed=7")
 @run_folder_option
 @_handled

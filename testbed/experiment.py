@@ -24,15 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import tomli_w
 
 from node.can.geometry import Dimension, Space, abutment
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
+from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
+from testbed.churn._execute import Executor
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
-from testbed.topology import Topology, load_topology
+from testbed.topology import (
+    PLANETLAB_FRAMES,
+    Topology,
+    load_topology,
+    planetlab_frame,
+    sharcnet_grid,
+)
 
 __all__ = ["Engine", "build_node_config", "draw_point", "run_experiment"]
 
@@ -134,6 +143,9 @@ def run_experiment(
     """Run `spec`; returns the run folder. The engine is chosen by spec.engine unless given."""
     topology = select_topology(spec)
     config = build_node_config(spec.node)
+    names = [f"h{k + 1}" for k in range(topology.n)]
+    schedule = churn_schedule(spec, topology, names)  # a bad script fails before anything starts
+    frames = _frames_used(spec, topology, schedule)  # loaded now: switching must be quick
     run_dir = new_run_dir(spec.name, out)
     (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     if make_engine is None:
@@ -146,7 +158,6 @@ def run_experiment(
 
             make_engine = EmuEngine
     engine = make_engine(spec, topology, config, run_dir)
-    names = [f"h{k + 1}" for k in range(topology.n)]
     host_of = {name: k for k, name in enumerate(names)}
     rng = random.Random(f"{spec.seed}/runner")
     point_rng = random.Random(f"{spec.seed}/points")
@@ -156,8 +167,66 @@ def run_experiment(
     checks: list[_Check] = []
     wall0 = time.monotonic()
     engine_summary: dict[str, Any] = {}
+    churn_summary: dict[str, Any] | None = None
+    involved: Callable[[set[str]], list[dict[str, Any]]] | None = None
     status = "interrupted"
+
+    def check(
+        label: str, number: int, skip: frozenset[int] | set[int] = frozenset()
+    ) -> dict[str, Any]:
+        dumps = engine.dumps()
+        if skip:  # frozen peers answer nothing real (the emulator does not ask them)
+            dumps = [d for d in dumps if host_of[d["host"]] not in skip]
+        report = check_can(
+            config.can.space,
+            dumps,
+            expected_members=[names[h] for h in sorted(expected)],
+            routes=spec.routes_checked,
+            seed=spec.seed + number,
+        )
+        result = {"phase": label, "t": round(engine.now, 3), **report.to_dict()}
+        if involved is not None and report.violations:
+            # What happened since the last clean check to the peers involved (and the network).
+            result["events"] = involved({p for v in report.violations for p in v.peers})
+        checks.append(_Check(engine.now, label, result))
+        checks_log.write("check", **result)
+        if on_phase is not None:
+            on_phase(label, result)
+        return result
+
     try:
+        if schedule is not None:
+            (run_dir / "schedule.jsonl").write_text(schedule.to_jsonl())
+            applied = JsonLog(run_dir / "applied.jsonl")
+
+            def join(host: int) -> None:
+                # Bootstraps among the hosts that should be members: asking the
+                # peers who is one costs the emulator a round trip to each.
+                others = sorted(expected - {host})
+                engine.start(host, draw_point(spec.node, point_rng))
+                engine.join(host, rng.sample(others, min(5, len(others))))
+
+            executor = Executor(
+                schedule,
+                engine,  # type: ignore[arg-type]
+                names,
+                topology.one_way_ms() / 1e3,
+                join=join,
+                frames=frames,
+                log=applied,
+            )
+            expected = executor.expected
+            involved = executor.involved
+
+            def quiet(t: float) -> None:
+                if not check(f"quiet@{t:.1f}s", len(checks), executor.frozen)["violations"]:
+                    executor.recent.clear()
+
+            try:
+                executor.run(spec.churn.settle_s, quiet)  # type: ignore[union-attr]
+            finally:
+                applied.close()
+                churn_summary = executor.summary()
         for number, phase in enumerate(spec.phases):
             label = phase.name or f"{number}-{phase.action}"
             hosts = _choose(phase, engine, expected, topology.n, rng, names, host_of)
@@ -170,19 +239,7 @@ def run_experiment(
                     phase.action, sim_t=round(engine.now, 6), host=names[host], phase=label
                 )
             engine.advance((times[-1] if times else engine.now) + phase.settle_s)
-            dumps = engine.dumps()
-            report = check_can(
-                config.can.space,
-                dumps,
-                expected_members=[names[h] for h in sorted(expected)],
-                routes=spec.routes_checked,
-                seed=spec.seed + number,
-            )
-            result = {"phase": label, "t": round(engine.now, 3), **report.to_dict()}
-            checks.append(_Check(engine.now, label, result))
-            checks_log.write("check", **result)
-            if on_phase is not None:
-                on_phase(label, result)
+            check(label, number)
         engine_summary = engine.finish()
         status = "complete"
     finally:
@@ -209,6 +266,7 @@ def run_experiment(
                 "by_check": [c.report for c in checks],
             },
             "members_final": checks[-1].report["members"] if checks else 0,
+            **({"churn": churn_summary} if churn_summary is not None else {}),
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }
@@ -218,6 +276,50 @@ def run_experiment(
         if teardown_error is not None and status == "complete":
             raise teardown_error
     return run_dir
+
+
+def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -> Schedule | None:
+    """The run's churn as a schedule (compiled with the run's seed), or None."""
+    churn = spec.churn
+    if churn is None:
+        return None
+    if churn.trace is not None:
+        return read_trace(churn.trace, names, down=churn.trace_down)
+    assert churn.script is not None
+    frames, frame = _frames(spec)
+    labels = list(topology.labels) if topology.labels else [{} for _ in names]
+    universe = Universe(names, labels, frames=frames, frame=frame)
+    return compile_churn(read_churn(churn.script), universe, spec.seed, source=churn.script)
+
+
+def _frames(spec: ExperimentSpec) -> tuple[int | None, int]:
+    """How many matrix frames the topology has, and the one the run starts on."""
+    name, _, arg = spec.topology.ref.partition(":")
+    if Path(spec.topology.ref).exists():
+        return None, 1
+    if name == "planetlab":
+        return len(PLANETLAB_FRAMES), int(arg) if arg.isdigit() else 1
+    if name == "sharcnet":  # its inter-cluster latencies come from PlanetLab frame 1
+        return len(PLANETLAB_FRAMES), 1
+    return None, 1
+
+
+def _frames_used(
+    spec: ExperimentSpec, topology: Topology, schedule: Schedule | None
+) -> dict[int, np.ndarray]:
+    """The one-way delays (s) of every matrix frame the schedule switches to."""
+    events = schedule.events if schedule is not None else []
+    wanted = sorted({int(e.value) for e in events if e.verb == "frame" and e.value is not None})
+    name, _, arg = spec.topology.ref.partition(":")
+    out = {}
+    for frame in wanted:
+        if name == "sharcnet":  # the same grid (seed), inter-cluster latencies of that frame
+            whole = sharcnet_grid(planetlab_frame(frame), seed=int(arg) if arg else 1)
+        else:
+            whole = load_topology(f"planetlab:{frame}")
+        new = whole.select(hosts=list(topology.names))
+        out[frame] = new.scaled(spec.topology.scale).one_way_ms() / 1e3
+    return out
 
 
 def _choose(

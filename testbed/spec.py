@@ -20,6 +20,8 @@ from testbed.errors import InputError
 
 __all__ = [
     "DimensionSpec",
+    "CampaignSpec",
+    "ChurnSpec",
     "DtmTechnique",
     "ExperimentSpec",
     "GnpTechnique",
@@ -92,6 +94,22 @@ class PhaseSpec(msgspec.Struct, forbid_unknown_fields=True):
     name: str = ""
 
 
+class ChurnSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """Churn and faults from a script (docs/churn.md) or a Splay availability trace."""
+
+    script: str | None = None  # a .churn file (path from the current folder)
+    trace: str | None = None  # ... or an on/off availability trace, line k = host k
+    trace_down: Literal["leave", "crash"] = "leave"  # what a trace's "down" does
+    settle_s: float = 30.0  # this long without events: a quiet period, the invariants checked
+
+
+class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """`testbed campaign`: the spec run under each script, with each seed."""
+
+    scripts: list[str] = msgspec.field(default_factory=list)  # .churn files
+    seeds: list[int] = msgspec.field(default_factory=lambda: [1])
+
+
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     kind: Literal["can"] = "can"
     name: str = "experiment"
@@ -100,6 +118,8 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
     node: NodeSpec = msgspec.field(default_factory=NodeSpec)
     phases: list[PhaseSpec] = msgspec.field(default_factory=list)
+    churn: ChurnSpec | None = None  # instead of phases
+    campaign: CampaignSpec | None = None  # scripts x seeds, for `testbed campaign`
     routes_checked: int = 2000  # greedy routes the oracle follows at each check
 
 
@@ -115,6 +135,24 @@ def _check(spec: ExperimentSpec, source: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
+    if spec.churn is not None:
+        churn = spec.churn
+        if spec.phases:
+            fail("churn", "give either phases or a churn script/trace, not both")
+        if (churn.script is None) == (churn.trace is None) and spec.campaign is None:
+            fail("churn", 'give exactly one of script = "x.churn" or trace = "x.trace"')
+        if not (math.isfinite(churn.settle_s) and churn.settle_s > 0):
+            fail("churn.settle_s", f"must be a positive number of seconds, not {churn.settle_s}")
+    if spec.campaign is not None:
+        campaign = spec.campaign
+        if spec.phases:
+            fail("campaign", "a campaign runs churn scripts; remove the phases")
+        if not campaign.scripts:
+            fail("campaign.scripts", "list at least one .churn script")
+        if not campaign.seeds or len(set(campaign.seeds)) != len(campaign.seeds):
+            fail("campaign.seeds", f"need distinct seeds, got {campaign.seeds}")
+        if spec.churn is not None and spec.churn.trace is not None:
+            fail("churn.trace", "a campaign runs its scripts; remove the trace")
     names = [d.name for d in spec.node.dimensions]
     if not names or len(set(names)) != len(names):
         fail("node.dimensions", f"need distinct names, got {names}")

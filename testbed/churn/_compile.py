@@ -231,6 +231,7 @@ def _starter(
 ) -> Callable[[float], None]:
     """What happens at a statement's start (which may schedule more)."""
     verb, line = statement.verb, statement.line
+    universe_names = list(model.universe.names)
 
     def emit(t: float, verb: str, **fields: Any) -> None:
         events.append(Event(t=round(t, 6), verb=verb, line=line, **fields))
@@ -284,7 +285,8 @@ def _starter(
         if verb in ("join", "leave", "crash", "freeze", "thaw"):
             selector = statement.selector
             assert selector is not None
-            base = len(model.up)
+            # A percentage: of the hosts up (for join: of all the run's hosts, as phases do).
+            base = len(universe_names) if verb == "join" else len(model.up)
             count = model.how_many(selector.count, base) if selector.count is not None else None
             if statement.end is None or verb in ("freeze", "thaw"):
                 hosts = select(t, verb, selector, count)
@@ -320,7 +322,30 @@ def _starter(
             for when in _spread(t, statement.end, math.floor(total + 0.5)):
                 later(when, line, lambda t: _replace(t, 1))
         elif verb == "partition":
-            sides = [model.members_of(g, statement) for g in statement.groups]
+            sides = []
+            for side in statement.groups:
+                if isinstance(side, Selector):  # random k (%) of the hosts on no other side
+                    named = {
+                        h
+                        for g in statement.groups
+                        if isinstance(g, Group)
+                        for h in model.members_of(g, statement)
+                    }
+                    free = [
+                        h
+                        for h in universe_names
+                        if h not in named and not any(h in s for s in sides)
+                    ]
+                    assert side.count is not None
+                    count = model.how_many(side.count, len(universe_names))
+                    if count > len(free):
+                        raise model.fail(
+                            statement,
+                            f"{count} host(s) for a side, but only {len(free)} are on no other side",
+                        )
+                    sides.append(sorted(rng.sample(free, count), key=model.index.__getitem__))
+                else:
+                    sides.append(model.members_of(side, statement))
             seen: dict[str, int] = {}
             for k, side in enumerate(sides):
                 for host in side:

@@ -41,13 +41,16 @@ action: "join" selector                     -> join
       | "freeze" selector                   -> freeze
       | "thaw" selector                     -> thaw
       | "churn" percent ["per" time]        -> churn
-      | "partition" group ("|" group)+      -> partition
+      | "partition" side ("|" side)*        -> partition
       | "heal"                              -> heal
       | "set" "latency" pair latency_value  -> latency
       | "set" "loss" loss_scope percent     -> loss
       | "frame" INT                         -> frame
       | "flap" pair "every" time            -> flap
       | "stop"                              -> stop
+
+side: group
+    | "random" count                      -> random_side
 
 latency_value: time | MATRIX
 loss_scope: pair | ALL
@@ -114,6 +117,7 @@ _WORDS = {
     "STAR": "*",
     "SLASH": "/",
     "$END": "the end of the line",
+    "<END-OF-FILE>": "the end of the line",
 }
 
 
@@ -170,7 +174,7 @@ class Statement:
     column: int  # of the action
     text: str
     selector: Selector | None = None
-    groups: tuple[Group, ...] = ()  # partition's sides; a pair's two ends
+    groups: tuple[Group | Selector, ...] = ()  # partition's sides (random k: a Selector); a pair
     value: float | None = (
         None  # latency (s, RTT; None: the matrix's), loss rate, frame, churn share
     )
@@ -288,6 +292,12 @@ class _ToStatement(Transformer):
     def pick_group(self, group: Group) -> Selector:
         return Selector("group", group=group)
 
+    def side(self, group: Group) -> Group:
+        return group
+
+    def random_side(self, count: Count) -> Selector:
+        return Selector("random", count)
+
     def pair(self, a: Group, b: Group) -> tuple[Group, Group]:
         return a, b
 
@@ -332,11 +342,13 @@ def _expected(error: UnexpectedInput) -> str:
     for name in names:
         if name in _WORDS:
             words.append(_WORDS[name])
-        elif name.startswith("__ANON") or name.isupper():
-            pattern = _parser.get_terminal(name).pattern
-            words.append(f"`{pattern.value}`" if pattern.type == "str" else name.lower())
         else:
-            words.append(name)
+            try:
+                pattern = _parser.get_terminal(name).pattern
+            except KeyError:
+                words.append(name.lower())
+                continue
+            words.append(f"`{pattern.value}`" if pattern.type == "str" else name.lower())
     words = sorted(set(words))
     if not words:
         return ""

@@ -25,7 +25,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
@@ -36,6 +36,9 @@ from testbed.errors import EmulationError
 from testbed.runs import write_json
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["EmuEngine", "peer_argv", "private_memory_kb"]
 
@@ -90,6 +93,7 @@ class EmuEngine:
             self._procs: dict[int, HostProcess] = {}
             self._incarnation: dict[int, int] = {}
             self._crashes: list[tuple[int, float]] = []  # (peer id, wall time)
+            self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
             self._pool = ThreadPoolExecutor(8)
             self._t0 = time.monotonic()
         except BaseException:
@@ -139,11 +143,44 @@ class EmuEngine:
         proc = self._procs.pop(host, None)
         if proc is None:
             return
-        with contextlib.suppress(ControlError):
-            self._crashes.append((self._ask(host, "status")["id"], time.time()))
+        if host not in self._frozen:  # a frozen peer cannot answer
+            with contextlib.suppress(ControlError):
+                self._crashes.append((self._ask(host, "status")["id"], time.time()))
+        self._frozen.discard(host)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+    def freeze(self, host: int) -> None:
+        """SIGSTOP the peer's process group (its socket buffers what arrives)."""
+        proc = self._procs.get(host)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGSTOP)
+            self._frozen.add(host)
+
+    def thaw(self, host: int) -> None:
+        proc = self._procs.get(host)
+        self._frozen.discard(host)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+
+    # -- the network (the churn language's faults) --------------------------------------------------
+
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None:
+        self.wan.load_one_way(one_way_s * 1e3, clamp=self.spec.topology.clamp, why=why)
+
+    def partition(self, groups: list[list[int]]) -> None:
+        self.wan.partition(*([self._name(h) for h in group] for group in groups))
+
+    def heal(self) -> None:
+        self.wan.heal()
+
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
+        names = None if src is None else [self._name(h) for h in src]
+        others = None if dst is None else [self._name(h) for h in dst]
+        self.wan.set_loss(rate, src=names, dst=others)
 
     def advance(self, until: float) -> None:
         while (left := until - self.now) > 0:
@@ -176,6 +213,8 @@ class EmuEngine:
 
     def close(self) -> None:
         """Stop every peer (asked to exit, then signalled) and tear the WAN down. Idempotent."""
+        for host in list(self._frozen):
+            self.thaw(host)  # so that it can exit
         try:
             list(self._pool.map(lambda h: self._exit(h), list(self._procs)))
             for host in list(self._procs):
@@ -199,7 +238,7 @@ class EmuEngine:
         )
 
     def _ask_all(self, op: str) -> dict[int, dict[str, Any] | None]:
-        hosts = sorted(self._procs)
+        hosts = sorted(h for h in self._procs if h not in self._frozen)
 
         def one(host: int) -> dict[str, Any] | None:
             try:
@@ -244,6 +283,7 @@ class EmuEngine:
         return quantiles(repair) | {
             "crashes": len(self._crashes),
             "unrepaired": sum(1 for i, _ in self._crashes if i not in taken),
+            "values": [round(r, 3) for r in repair],
         }
 
 

@@ -712,6 +712,20 @@ class Wan:
         self._log.write("control.load_topology", source=new.source, clamped=clamped)
         return clamped
 
+    def load_one_way(self, one_way_ms: np.ndarray, *, clamp: bool = False, why: str = "") -> int:
+        """Replace the delays the engine applies (n x n one-way ms, as the engine
+        takes them: no scale applied). Returns how many pairs were clamped."""
+        self._check_open()
+        current = Topology(
+            np.asarray(one_way_ms, dtype=np.float64) * 2.0,
+            self.topology.names,
+            self.topology.labels,
+            f"{self.topology.source} ({why or 'changed at run time'})",
+        )
+        clamped = self._load_checked(current, clamp=clamp)
+        self._log.write("control.load_one_way", why=why, clamped=clamped)
+        return clamped
+
     def set_loss(self, rate: float, *, src: Any = None, dst: Any = None) -> int:
         """Drop packets of the pairs src x dst (None = all) with probability `rate`."""
         return self._engine().set_loss(

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from node.peer import NodeConfig
 from testbed.analysis.stats import quantiles
 from testbed.emu._plan import new_run_id, plan_network
@@ -72,6 +74,26 @@ class SimEngine:
             self.graveyard[host] = (self.sim.now, peer.can)
         self.sim.crash(host)
 
+    def freeze(self, host: int) -> None:
+        self.sim.freeze(host)
+
+    def thaw(self, host: int) -> None:
+        self.sim.thaw(host)
+
+    # -- the network (the churn language's faults) --------------------------------------------------
+
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None:
+        self.sim.model.load(one_way_s.tolist())
+
+    def partition(self, groups: list[list[int]]) -> None:
+        self.sim.model.partition(groups)
+
+    def heal(self) -> None:
+        self.sim.model.heal()
+
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
+        self.sim.model.set_loss(rate, src, dst)
+
     def advance(self, until: float) -> None:
         if until > self.sim.now:
             self._peer_seconds += len(self.sim.peers) * (until - self.sim.now)
@@ -108,5 +130,9 @@ class SimEngine:
                 "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
             },
             "repair_s": quantiles(repair)
-            | {"crashes": len(self._crashed_at), "unrepaired": unrepaired},
+            | {
+                "crashes": len(self._crashed_at),
+                "unrepaired": unrepaired,
+                "values": [round(r, 3) for r in repair],
+            },
         }

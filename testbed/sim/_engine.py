@@ -40,6 +40,8 @@ _CALL = 2
 # Decoded datagram bodies the peers' shared codec keeps: an update reaches its
 # 20-40 receivers within the largest one-way delay, a few thousand datagrams.
 SHARED_BODIES = 8192
+# Datagrams a frozen peer's socket holds (a default 208 KiB receive buffer of ~1 KiB updates).
+FROZEN_BUFFER = 200
 
 
 class Simulator:
@@ -80,6 +82,8 @@ class Simulator:
         self.stats = Counter[str]()
         self.steps = 0  # heap entries processed: deliveries, timers, scheduled calls
         self._codecs: dict[bytes | None, Codec] = {}  # one per grid key, shared by its peers
+        # Frozen peers (SIGSTOP): what arrives waits in their socket buffer.
+        self._frozen: dict[int, list[tuple[bytes, Address]]] = {}
 
     # -- peers --------------------------------------------------------------------------------------
 
@@ -101,6 +105,7 @@ class Simulator:
     def crash(self, host: int) -> None:
         """Kill the peer at once (kill -9): no goodbye, its datagrams in flight still arrive elsewhere."""
         peer = self.peers.pop(host, None)
+        self._frozen.pop(host, None)
         if peer is not None:
             self._timer_at.pop(host, None)
             self._write(host, {"t": round(self.now, 6), "kind": "crashed", "id": peer.can.id})
@@ -109,6 +114,25 @@ class Simulator:
         """Remove a peer that has finished (left gracefully)."""
         self.peers.pop(host, None)
         self._timer_at.pop(host, None)
+        self._frozen.pop(host, None)
+
+    def freeze(self, host: int) -> None:
+        """Stop the peer as SIGSTOP does: no timers, datagrams wait in its socket
+        buffer (up to FROZEN_BUFFER of them; the rest are dropped)."""
+        if host in self.peers:
+            self._frozen.setdefault(host, [])
+
+    def thaw(self, host: int) -> None:
+        """Let a frozen peer run again (SIGCONT): it reads what waited, then its late timer fires."""
+        backlog = self._frozen.pop(host, None)
+        peer = self.peers.get(host)
+        if backlog is None or peer is None:
+            return
+        for data, src in backlog:
+            self.stats["delivered"] += 1
+            peer.receive_datagram(data, src, self.now)
+        self._timer_at.pop(host, None)
+        self._after(host)
 
     def join(self, host: int, bootstraps: Sequence[int]) -> None:
         peer = self.peers[host]
@@ -147,11 +171,21 @@ class Simulator:
                 if peer is None:
                     self.stats["dropped.no_peer"] += 1
                     continue
+                backlog = self._frozen.get(a)
+                if backlog is not None:
+                    if len(backlog) < FROZEN_BUFFER:
+                        backlog.append((b, c))
+                    else:
+                        self.stats["dropped.frozen_buffer"] += 1
+                    continue
                 self.stats["delivered"] += 1
                 peer.receive_datagram(b, c, when)
                 self._after(a)
             elif kind == _TIMER:
                 if self._timer_at.get(a) != when or a not in self.peers:
+                    continue
+                if a in self._frozen:  # re-armed when it thaws
+                    del self._timer_at[a]
                     continue
                 del self._timer_at[a]
                 self.peers[a].handle_timer(when)

@@ -14,6 +14,7 @@ Public API::
 from testbed.topology._matrix import Topology as Topology
 from testbed.topology._matrix import read_matrix as read_matrix
 from testbed.topology._matrix import write_matrix as write_matrix
+from testbed.topology._resolve import PLANETLAB_FRAMES as PLANETLAB_FRAMES
 from testbed.topology._resolve import load_topology as load_topology
 from testbed.topology._resolve import planetlab_frame as planetlab_frame
 from testbed.topology._sharcnet import DEFAULT_CLUSTERS as DEFAULT_CLUSTERS
@@ -23,6 +24,7 @@ from testbed.topology._sharcnet import sharcnet_grid as sharcnet_grid
 __all__ = [
     "DEFAULT_CLUSTERS",
     "IntraLatency",
+    "PLANETLAB_FRAMES",
     "Topology",
     "load_topology",
     "planetlab_frame",

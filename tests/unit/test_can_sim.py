@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -16,10 +17,10 @@ from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
-from testbed.experiment import run_experiment
+from testbed.experiment import churn_schedule, run_experiment, select_topology
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
-from testbed.spec import load_spec
+from testbed.spec import ChurnSpec, load_spec
 
 SMALL = {
     "name": "small",
@@ -234,7 +235,18 @@ def test_a_crowded_build_completes_within_a_minute(tmp_path):
         if not p.name.startswith("predict-")  # tests/unit/test_predict_spec.py
     ),
 )
-def test_the_bundled_specs_are_valid(name):
-    spec, _ = load_spec(Path(__file__).parents[2] / "scripts" / "experiments" / name)
+def test_the_bundled_specs_are_valid(name, monkeypatch):
+    root = Path(__file__).parents[2]
+    spec, _ = load_spec(root / "scripts" / "experiments" / name)
     hosts = spec.topology.hosts
-    assert spec.phases and (hosts is None or hosts >= max(p.count or 0 for p in spec.phases))
+    if spec.campaign is None:
+        assert spec.phases and (hosts is None or hosts >= max(p.count or 0 for p in spec.phases))
+        return
+    # A campaign: every script compiles against the hosts of every seed.
+    monkeypatch.chdir(root)
+    for script in spec.campaign.scripts:
+        for seed in spec.campaign.seeds:
+            run = msgspec.structs.replace(spec, seed=seed, churn=ChurnSpec(script=script))
+            topology = select_topology(run)
+            schedule = churn_schedule(run, topology, [f"h{k + 1}" for k in range(topology.n)])
+            assert schedule is not None and schedule.events

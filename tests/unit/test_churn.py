@@ -83,7 +83,7 @@ def test_every_statement_kind_parses_to_its_fields():
         ("at 5s join 2.5", 1, 12, "whole number"),
         ("at 5s leave 150%", 1, 13, "at most 100%"),
         ("at (3-5)s join 1", 1, 9, ">= 0"),
-        ("at 5s partition h1", 1, 19, "ends too early; expected |"),
+        ("at 5s partition h1 |", 1, 21, "ends too early"),
         ("at 5s flap h1 -- h2 every 0s", 1, 27, "T > 0"),
         ("at 1s join 1\nat 2s set loss h1 -- h2 101%", 2, 25, "more than 100%"),
         ("at 5s join €", 1, 12, "unexpected '€'"),

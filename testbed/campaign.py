@@ -1,0 +1,147 @@
+# Campaigns: one overlay spec run under several churn scripts x seeds, and one
+# table (and JSON object) of what broke and how fast the system repaired.
+#
+# Every script is compiled for every seed before the first run starts, so a
+# bad script fails the campaign at once rather than an hour in. Runs go one
+# after the other into <campaign folder>/<script>-s<seed>/, each a complete
+# run folder; campaign.json is rewritten after every run, so an interrupted
+# campaign still reports the runs it finished.
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from testbed.analysis.stats import quantiles
+from testbed.experiment import churn_schedule, run_experiment, select_topology
+from testbed.runs import new_run_dir, strip_none, write_json
+from testbed.spec import ChurnSpec, ExperimentSpec
+
+__all__ = ["run_campaign"]
+
+
+def _run_specs(spec: ExperimentSpec) -> list[tuple[str, int, ExperimentSpec]]:
+    assert spec.campaign is not None
+    base = spec.churn or ChurnSpec()
+    out = []
+    for script in spec.campaign.scripts:
+        stem = Path(script).stem
+        for seed in spec.campaign.seeds:
+            run = msgspec.structs.replace(
+                spec,
+                name=f"{stem}-s{seed}"[:64],
+                seed=seed,
+                churn=msgspec.structs.replace(base, script=script, trace=None),
+                campaign=None,
+            )
+            out.append((script, seed, run))
+    return out
+
+
+def run_campaign(
+    spec: ExperimentSpec,
+    *,
+    out: str | Path | None = None,
+    on_run: Callable[[int, int, str, int, dict[str, Any] | None], None] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Run the campaign; returns (its folder, the campaign object also in campaign.json).
+
+    on_run(k, total, script, seed, row) is called before each run (row None) and after it.
+    """
+    runs = _run_specs(spec)
+    for _, _, run in runs:  # compile everything first: nothing half-run
+        topology = select_topology(run)
+        churn_schedule(run, topology, [f"h{k + 1}" for k in range(topology.n)])
+    folder = new_run_dir(spec.name, out)
+    rows: list[dict[str, Any]] = []
+    repair: list[float] = []
+    lateness: list[float] = []
+    violating: list[dict[str, Any]] = []
+    totals = {"crashes": 0, "unrepaired": 0}
+    wall0 = time.monotonic()
+
+    def result(status: str) -> dict[str, Any]:
+        return {
+            "name": spec.name,
+            "engine": spec.engine,
+            "status": status,
+            "runs": len(rows),
+            "runs_planned": len(runs),
+            "events_applied": sum(r["events_applied"] for r in rows),
+            "violations": sum(r["violations"] for r in rows),
+            "repair_s": {**quantiles(repair), **totals},
+            "lateness_ms": quantiles(lateness),
+            "wall_s": round(time.monotonic() - wall0, 1),
+            "rows": rows,
+            "violating_checks": violating[:50],
+        }
+
+    status = "interrupted"
+    try:
+        for k, (script, seed, run) in enumerate(runs):
+            if on_run is not None:
+                on_run(k, len(runs), script, seed, None)
+            run_dir = folder / f"{Path(script).stem}-s{seed}"
+            data = strip_none(msgspec.to_builtins(run))
+            run_experiment(run, data, out=run_dir)
+            row = _row(run_dir, script, seed, repair, lateness, violating, totals)
+            rows.append(row)
+            write_json(folder / "campaign.json", result("running"))
+            if on_run is not None:
+                on_run(k, len(runs), script, seed, row)
+        status = "complete"
+    finally:
+        write_json(folder / "campaign.json", result(status))
+    return folder, result(status)
+
+
+def _row(
+    run_dir: Path,
+    script: str,
+    seed: int,
+    repair: list[float],
+    lateness: list[float],
+    violating: list[dict[str, Any]],
+    totals: dict[str, int],
+) -> dict[str, Any]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    churn = summary.get("churn", {})
+    run_repair = summary.get("repair_s", {})
+    repair.extend(run_repair.get("values", []))
+    totals["crashes"] += run_repair.get("crashes", 0)
+    totals["unrepaired"] += run_repair.get("unrepaired", 0)
+    late = [
+        json.loads(line)["lateness_ms"]
+        for line in (run_dir / "applied.jsonl").read_text().splitlines()
+        if line
+    ]
+    lateness.extend(late)
+    violating.extend(
+        {
+            "run": run_dir.name,
+            "check": check["phase"],
+            "t": check["t"],
+            "by_kind": check["by_kind"],
+            "first": check["first"][:5],
+            "events": check.get("events", []),
+        }
+        for check in summary["invariants"]["by_check"]
+        if check["violations"]
+    )
+    return {
+        "run": run_dir.name,
+        "script": script,
+        "seed": seed,
+        "status": summary["status"],
+        "events_applied": churn.get("events_applied", 0),
+        "violations": summary["invariants"]["violations"],
+        "checks": len(summary["invariants"]["checked_at"]),
+        "repair_s": {k: run_repair.get(k) for k in ("p50", "p99", "crashes", "unrepaired")},
+        "lateness_ms": quantiles(late),
+        "wall_s": summary["wall_s"],
+    }

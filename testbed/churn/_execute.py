@@ -1,0 +1,178 @@
+# Executing a schedule on an engine (simulator or emulator), on time.
+#
+# Theory of operation
+#   The schedule's events and the quiet periods (settle_s without events after
+#   a burst) form one timeline. For each entry the engine advances to its time
+#   (virtual time in the simulator; a sleep in the emulator) and then the event
+#   is applied through the engine's verbs, or the invariants are checked. Each
+#   applied action is logged as it happens (applied.jsonl) with its lateness:
+#   when it completed minus when it was due, so the emulator's figure includes
+#   the cost of the action itself (starting a process, a control round trip).
+#   Latency changes edit one current matrix (the frame's, plus overrides) and
+#   load it whole: one control call however many pairs change.
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from testbed.analysis.stats import quantiles
+from testbed.churn._compile import Event, Schedule
+from testbed.runs import JsonLog
+
+__all__ = ["ChurnEngine", "Executor"]
+
+
+class ChurnEngine(Protocol):
+    now: float
+
+    def leave(self, host: int) -> None: ...
+    def crash(self, host: int) -> None: ...
+    def freeze(self, host: int) -> None: ...
+    def thaw(self, host: int) -> None: ...
+    def advance(self, until: float) -> None: ...
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None: ...
+    def partition(self, groups: list[list[int]]) -> None: ...
+    def heal(self) -> None: ...
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
+
+
+class Executor:
+    """Runs one schedule. `join(host)` starts and joins a peer (the runner knows
+    how: its point, its bootstraps); `check(t)` checks the invariants."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        engine: ChurnEngine,
+        names: Sequence[str],
+        one_way_s: np.ndarray,
+        *,
+        join: Callable[[int], None],
+        frames: Mapping[int, np.ndarray] | None = None,
+        log: JsonLog | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self.engine = engine
+        self.index = {name: k for k, name in enumerate(names)}
+        self.base = np.array(one_way_s, dtype=np.float64)  # the current frame's delays
+        self.current = self.base.copy()  # ... with `set latency` overrides
+        self._join = join
+        self._frames = frames or {}
+        self._log = log
+        self.expected: set[int] = set()  # up and not frozen: should be members
+        self.frozen: set[int] = set()
+        self.lateness_ms: list[float] = []
+        self.applied = 0
+        self.recent: list[dict[str, Any]] = []  # applied since the last clean check
+
+    def run(self, settle_s: float, check: Callable[[float], None]) -> None:
+        timeline: list[tuple[float, int, int, Event | None]] = []
+        stop = next((e.t for e in self.schedule.events if e.verb == "stop"), None)
+        for k, t in enumerate(self.schedule.quiet_periods(settle_s)):
+            if stop is None or t <= stop:
+                timeline.append((t, 0, k, None))  # a check before an event due at the same time
+        for k, event in enumerate(self.schedule.events):
+            timeline.append((event.t, 1, k, event))
+        timeline.sort(key=lambda entry: entry[:3])
+        for t, _, _, event in timeline:
+            self.engine.advance(t)
+            if event is None:
+                check(t)
+            elif event.verb == "stop":
+                self._record(event, event.hosts)
+                return
+            else:
+                self._apply(event)
+
+    def summary(self) -> dict[str, Any]:
+        """Actions are counted one per host for host verbs (a join of 8 is 8 actions)."""
+        scheduled = sum(max(1, len(e.hosts)) for e in self.schedule.events)
+        return {
+            "events_scheduled": scheduled,
+            "events_applied": self.applied,
+            "lateness_ms": quantiles(self.lateness_ms),
+        }
+
+    def involved(self, peers: set[str], limit: int = 20) -> list[dict[str, Any]]:
+        """The events since the last clean check that touched `peers` or the network."""
+        out = [r for r in self.recent if not r["hosts"] or peers & set(r["hosts"])]
+        return out[-limit:]
+
+    # -- applying ------------------------------------------------------------------------------------
+
+    def _hosts(self, names: Sequence[str]) -> list[int]:
+        return [self.index[name] for name in names]
+
+    def _record(self, event: Event, hosts: Sequence[str], **extra: Any) -> None:
+        late_ms = max(0.0, (self.engine.now - event.t) * 1e3)
+        self.lateness_ms.append(late_ms)
+        self.applied += 1
+        record = {
+            "due_t": event.t,
+            "applied_t": round(self.engine.now, 6),
+            "lateness_ms": round(late_ms, 3),
+            "hosts": list(hosts),
+            "line": event.line,
+            **extra,
+        }
+        self.recent.append({"verb": event.verb, **record})
+        if self._log is not None:
+            self._log.write(event.verb, **record)
+
+    def _apply(self, event: Event) -> None:
+        verb = event.verb
+        if verb in ("join", "leave", "crash", "freeze", "thaw"):
+            for name in event.hosts:
+                host = self.index[name]
+                if verb == "join":
+                    self._join(host)
+                    self.expected.add(host)
+                elif verb == "leave":
+                    self.engine.leave(host)
+                    self.expected.discard(host)
+                elif verb == "crash":
+                    self.engine.crash(host)
+                    self.expected.discard(host)
+                    self.frozen.discard(host)
+                elif verb == "freeze":
+                    self.engine.freeze(host)
+                    self.frozen.add(host)
+                    self.expected.discard(host)
+                else:
+                    self.engine.thaw(host)
+                    self.frozen.discard(host)
+                    self.expected.add(host)
+                self._record(event, [name])
+            return
+        groups = [self._hosts(group) for group in event.groups]
+        if verb == "partition":
+            self.engine.partition(groups)
+        elif verb == "heal":
+            self.engine.heal()
+        elif verb == "latency":
+            a, b = (np.array(g, dtype=np.intp) for g in groups)
+            for src, dst in ((a, b), (b, a)):
+                block = np.ix_(src, dst)
+                value = self.base[block] if event.value is None else event.value / 2.0
+                self.current[block] = value
+            np.fill_diagonal(self.current, 0.0)
+            self.engine.set_matrix(self.current, why=f"churn line {event.line}")
+        elif verb in ("loss", "cut", "mend"):
+            rate = {"cut": 1.0, "mend": 0.0}.get(verb, event.value)
+            assert rate is not None
+            if not groups:
+                self.engine.set_loss(rate, None, None)
+            else:
+                self.engine.set_loss(rate, groups[0], groups[1])
+                self.engine.set_loss(rate, groups[1], groups[0])
+        elif verb == "frame":
+            assert event.value is not None
+            self.base = np.array(self._frames[int(event.value)], dtype=np.float64)
+            self.current = self.base.copy()
+            self.engine.set_matrix(self.current, why=f"frame {int(event.value)}")
+        else:
+            raise ValueError(f"unknown schedule verb {verb!r}")
+        self._record(event, [], groups=[len(g) for g in groups], value=event.value)
