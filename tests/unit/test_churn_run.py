@@ -1,0 +1,242 @@
+# Executing churn schedules: the executor's effect on an engine (a recording
+# fake), frozen peers in the simulator, whole runs and campaigns in the
+# simulator (the emulator's counterpart is tests/netns/test_churn_emu.py).
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from node.can.geometry import Dimension, Space
+from node.can.overlay import CanConfig
+from node.peer import NodeConfig
+from testbed.campaign import run_campaign
+from testbed.churn import Universe, compile_churn, parse_churn
+from testbed.churn._execute import Executor
+from testbed.errors import InputError
+from testbed.experiment import run_experiment
+from testbed.linkmodel import LinkModel
+from testbed.sim import Simulator
+from testbed.spec import load_spec
+
+NAMES = [f"h{k}" for k in range(1, 7)]
+
+
+class Recorder:
+    """An engine that records the verbs it is given."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: list[tuple] = []
+        self.matrices: list[np.ndarray] = []
+
+    def advance(self, until: float) -> None:
+        self.now = max(self.now, until)
+
+    def leave(self, host: int) -> None:
+        self.calls.append(("leave", host))
+
+    def crash(self, host: int) -> None:
+        self.calls.append(("crash", host))
+
+    def freeze(self, host: int) -> None:
+        self.calls.append(("freeze", host))
+
+    def thaw(self, host: int) -> None:
+        self.calls.append(("thaw", host))
+
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None:
+        self.matrices.append(one_way_s.copy())
+        self.calls.append(("matrix", why))
+
+    def partition(self, groups: list[list[int]]) -> None:
+        self.calls.append(("partition", groups))
+
+    def heal(self) -> None:
+        self.calls.append(("heal",))
+
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
+        self.calls.append(("loss", rate, src, dst))
+
+
+def execute(script: str, frames=None):
+    schedule = compile_churn(parse_churn(script), Universe(NAMES, frames=18), seed=1)
+    engine = Recorder()
+    base = np.full((6, 6), 0.010)
+    np.fill_diagonal(base, 0.0)
+    joined: list[int] = []
+    executor = Executor(schedule, engine, NAMES, base, join=joined.append, frames=frames)
+    checks: list[float] = []
+    executor.run(5.0, checks.append)
+    return executor, engine, joined, checks
+
+
+def test_the_executor_drives_every_verb_in_order():
+    executor, engine, joined, checks = execute(
+        "at 0s join h1,h2,h3,h4\nat 10s freeze h2\nat 12s thaw h2\nat 14s crash h3\n"
+        "from 20s to 25s partition h1 | h2\nat 30s set loss all 10%\n"
+        "from 40s to 43s flap h1 -- h4 every 1s\nat 50s leave h4"
+    )
+    assert joined == [0, 1, 2, 3]
+    assert engine.calls == [
+        ("freeze", 1),
+        ("thaw", 1),
+        ("crash", 2),
+        ("partition", [[0], [1]]),
+        ("heal",),
+        ("loss", 0.1, None, None),
+        ("loss", 1.0, [0], [3]),
+        ("loss", 1.0, [3], [0]),
+        ("loss", 0.0, [0], [3]),
+        ("loss", 0.0, [3], [0]),
+        ("loss", 1.0, [0], [3]),
+        ("loss", 1.0, [3], [0]),
+        ("loss", 0.0, [0], [3]),
+        ("loss", 0.0, [3], [0]),
+        ("leave", 3),
+    ]
+    assert checks == [5, 19, 25, 30, 35, 48, 55]  # quiet periods, each before the next event
+    assert executor.expected == {0, 1}
+    summary = executor.summary()
+    assert summary["events_applied"] == summary["events_scheduled"] == 15
+    assert summary["lateness_ms"]["max"] == 0.0
+
+
+def test_latency_is_an_rtt_both_ways_and_comes_back_to_the_frame():
+    frame = np.full((6, 6), 0.050)
+    np.fill_diagonal(frame, 0.0)
+    _, engine, _, _ = execute(
+        "from 0s to 10s set latency h1,h2 -- h5 300ms\nat 20s frame 7", frames={7: frame}
+    )
+    during, after, switched = engine.matrices
+    assert during[0, 4] == during[4, 0] == during[1, 4] == pytest.approx(0.150)
+    assert during[0, 1] == pytest.approx(0.010) and during[0, 0] == 0.0
+    assert after[0, 4] == pytest.approx(0.010)
+    assert switched[0, 4] == pytest.approx(0.050)
+
+
+def test_a_frozen_simulated_peer_reads_what_waited_when_thawed():
+    space = Space([Dimension("x", 0.0, 1.0, virtual=True)])
+    config = NodeConfig(CanConfig(space, update_interval_s=1.0, suspect_after_s=30.0))
+    events: list[tuple[int, float, str]] = []
+    sim = Simulator(
+        LinkModel([[0.0, 0.01], [0.01, 0.0]]),
+        seed=1,
+        ips=["10.0.0.1", "10.0.0.2"],
+        observer=lambda host, record: events.append((host, record["t"], record["kind"])),
+    )
+    rng = random.Random(1)
+    for host in (0, 1):
+        sim.start_peer(host, config, (rng.random(),))
+    sim.join(0, [])
+    sim.run_until(2.0)
+    sim.join(1, [0])
+    sim.run_until(10.0)
+    assert sim.peers[1].member
+    peer = sim.peers[1]
+    handled: list[float] = []
+    timer, receive = peer.handle_timer, peer.receive_datagram
+    peer.handle_timer = lambda now: (handled.append(now), timer(now))[1]  # type: ignore[method-assign]
+    peer.receive_datagram = lambda data, addr, now: (  # type: ignore[method-assign]
+        handled.append(now),
+        receive(data, addr, now),
+    )[1]
+    sim.freeze(1)
+    sim.run_until(20.0)
+    assert len(sim._frozen[1]) >= 5  # ten seconds of the other's updates wait in its buffer
+    assert [t for t in handled if t > 10.0] == []  # no timer ran, nothing was read
+    sim.thaw(1)
+    assert 1 not in sim._frozen
+    assert handled.count(20.0) >= 6  # the backlog read at once, then the late timer
+    sim.run_until(25.0)
+    assert max(handled) > 21.0  # it runs on
+
+
+SMALL = {
+    "name": "churn-small",
+    "seed": 2,
+    "routes_checked": 300,
+    "topology": {"ref": "planetlab", "hosts": 24, "pick": "random"},
+    "node": {
+        "update_interval_s": 1.0,
+        "suspect_after_s": 3.0,
+        "probe_timeout_s": 0.5,
+        "propose_timeout_s": 1.0,
+        "join_timeout_s": 4.0,
+        "retry_max_s": 8.0,
+    },
+}
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_run_under_a_script_checks_after_each_quiet_period(tmp_path):
+    script = write(
+        tmp_path,
+        "s.churn",
+        "from 0s to 16s join 75%\nat 40s crash 2\nfrom 60s to 62s partition random 50%\n"
+        "from 80s to 90s set latency all -- all 200ms\nat 100s frame 3\nat 120s churn 20%\n"
+        "at 160s stop",
+    )
+    spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=15"], defaults=SMALL)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert summary["churn"]["events_applied"] == summary["churn"]["events_scheduled"]
+    assert summary["churn"]["lateness_ms"]["max"] == 0.0  # virtual time is never late
+    checks = summary["invariants"]["by_check"]
+    assert [c["phase"] for c in checks] == [
+        "quiet@30.1s", "quiet@55.0s", "quiet@77.0s", "quiet@115.0s", "quiet@135.0s",
+    ]  # fmt: skip
+    assert summary["invariants"]["violations"] == 0, checks  # a 2 s partition is below suspicion
+    assert [c["members"] for c in checks] == [18, 16, 16, 16, 16]
+    applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
+    assert {a["kind"] for a in applied} >= {"join", "crash", "partition", "heal", "frame", "leave"}
+    schedule = (run_dir / "schedule.jsonl").read_text().splitlines()
+    assert len(schedule) == len({(a["due_t"], a["kind"], a["line"]) for a in applied})
+
+
+def test_violations_name_their_peers_and_the_events_behind_them(tmp_path):
+    # A partition longer than suspect_after_s splits the overlay (docs/churn.md, known limitation).
+    script = write(
+        tmp_path, "p.churn", "from 0s to 16s join 75%\nfrom 40s to 50s partition random 50%"
+    )
+    spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=20"], defaults=SMALL)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    bad = [c for c in summary["invariants"]["by_check"] if c["violations"]]
+    assert bad, summary["invariants"]
+    assert all(v["peers"] for v in bad[0]["first"])
+    assert [(e["verb"], e["line"]) for e in bad[0]["events"]] == [("partition", 2), ("heal", 2)]
+
+
+def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path):
+    a = write(tmp_path, "a.churn", "from 0s to 10s join 50%\nat 30s crash 1\nat 50s stop")
+    b = write(tmp_path, "b.churn", "from 0s to 10s join 50%\nat 30s leave 2\nat 50s stop")
+    overrides = [f'campaign.scripts=["{a}", "{b}"]', "campaign.seeds=[1, 2]", "churn.settle_s=15"]
+    spec, _ = load_spec(None, overrides, defaults=SMALL)
+    folder, result = run_campaign(spec, out=tmp_path / "campaign")
+    assert result["status"] == "complete" and result["runs"] == 4
+    assert [r["run"] for r in result["rows"]] == ["a-s1", "a-s2", "b-s1", "b-s2"]
+    assert result["events_applied"] == 4 * 12 + 2 * 1 + 2 * 2 + 4  # joins, crashes, leaves, stops
+    assert result["violations"] == 0
+    assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
+    assert result["lateness_ms"]["p99"] == 0.0
+    assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
+
+
+def test_a_bad_script_stops_a_campaign_before_any_run(tmp_path):
+    good = write(tmp_path, "a.churn", "at 0s join 4")
+    bad = write(tmp_path, "b.churn", "at 0s join 4\nat 5s crash h99")
+    overrides = [f'campaign.scripts=["{good}", "{bad}"]']
+    spec, _ = load_spec(None, overrides, defaults=SMALL)
+    with pytest.raises(InputError, match=r"b.churn:2:7: .*no host is named 'h99'"):
+        run_campaign(spec, out=tmp_path / "campaign")
+    assert not (tmp_path / "campaign").exists()
