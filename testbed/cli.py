@@ -513,6 +513,57 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 # -- run -------------------------------------------------------------------------------------------------
 
 
+@cli.command(name="churn")
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The experiment spec whose hosts the script acts on (default: 64 PlanetLab hosts).",
+)
+@click.option(
+    "--seed", type=int, default=None, help="Compile with this seed (default: the spec's)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON lines.")
+@_handled
+def churn_command(script: str, spec_path: str | None, seed: int | None, as_json: bool) -> None:
+    """Check a churn script and print the schedule it compiles to (nothing runs)."""
+    import msgspec
+
+    from testbed.experiment import churn_schedule, select_topology
+    from testbed.spec import ChurnSpec, load_spec
+
+    defaults = {"topology": {"ref": "planetlab", "hosts": 64, "pick": "first"}}
+    spec, _ = load_spec(spec_path, [], defaults=None if spec_path else defaults)
+    spec = msgspec.structs.replace(
+        spec,
+        seed=spec.seed if seed is None else seed,
+        churn=ChurnSpec(script=script),
+        phases=[],
+        campaign=None,
+    )
+    topology = select_topology(spec)
+    schedule = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
+    assert schedule is not None
+    if as_json:
+        print(schedule.to_jsonl(), end="")
+        return
+    table = Table(title=f"{script}: {len(schedule.events)} events, seed {spec.seed}")
+    for col in ("t (s)", "verb", "hosts / groups", "value", "line"):
+        table.add_column(col, justify="right" if col in ("t (s)", "line") else "left")
+    for event in schedule.events:
+        if event.hosts:
+            who = ", ".join(event.hosts[:6]) + (
+                f" (+{len(event.hosts) - 6})" if len(event.hosts) > 6 else ""
+            )
+        else:
+            who = " | ".join(f"{len(g)} hosts" for g in event.groups)
+        value = "" if event.value is None else f"{event.value:g}"
+        table.add_row(f"{event.t:.3f}", event.verb, who, value, str(event.line))
+    console.print(table)
+
+
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @click.option(

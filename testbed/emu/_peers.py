@@ -92,7 +92,7 @@ class EmuEngine:
             self._points: dict[int, tuple[float, ...]] = {}
             self._procs: dict[int, HostProcess] = {}
             self._incarnation: dict[int, int] = {}
-            self._crashes: list[tuple[int, float]] = []  # (peer id, wall time)
+            self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
             self._pool = ThreadPoolExecutor(8)
             self._t0 = time.monotonic()
@@ -143,12 +143,12 @@ class EmuEngine:
         proc = self._procs.pop(host, None)
         if proc is None:
             return
-        if host not in self._frozen:  # a frozen peer cannot answer
-            with contextlib.suppress(ControlError):
-                self._crashes.append((self._ask(host, "status")["id"], time.time()))
-        self._frozen.discard(host)
+        # No control round trip first (a burst of crashes must be quick, and a
+        # frozen peer cannot answer): the peer's id comes from its log afterwards.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        self._crashes.append((host, time.time()))
+        self._frozen.discard(host)
         proc.wait()
 
     def freeze(self, host: int) -> None:
@@ -271,6 +271,18 @@ class EmuEngine:
         minutes = sum(s["uptime_s"] for s in stats) / 60
         return round(sum(s["tx"] for s in stats) / minutes, 2) if minutes > 0 else None
 
+    def _crashed_id(self, host: int, wall: float) -> tuple[int | None, float]:
+        """The id a crashed peer had: its log's last `joined` before the crash (None: not a member)."""
+        path = self.run_dir / "peers" / f"{self._name(host)}.jsonl"
+        found = None
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if '"kind":"joined"' in line:
+                    record = json.loads(line)
+                    if record["wall"] <= wall:
+                        found = record["id"]
+        return found, wall
+
     def _repair_times(self) -> dict[str, Any]:
         taken: dict[int, float] = {}
         for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
@@ -279,10 +291,11 @@ class EmuEngine:
                     record = json.loads(line)
                     for dead in record["dead"]:
                         taken[dead] = min(taken.get(dead, math.inf), record["wall"])
-        repair = [taken[i] - t for i, t in self._crashes if i in taken]
+        crashed = [(i, t) for i, t in (self._crashed_id(h, t) for h, t in self._crashes) if i]
+        repair = [taken[i] - t for i, t in crashed if i in taken]
         return quantiles(repair) | {
-            "crashes": len(self._crashes),
-            "unrepaired": sum(1 for i, _ in self._crashes if i not in taken),
+            "crashes": len(crashed),
+            "unrepaired": sum(1 for i, _ in crashed if i not in taken),
             "values": [round(r, 3) for r in repair],
         }
 
