@@ -10,9 +10,15 @@
 #   join, leave, crash, advance, dumps), so the same spec runs in the
 #   simulator and on real processes in the emulator.
 #
+#   With a churn script or trace instead of phases, the schedule it compiles
+#   to is executed (testbed/churn/_execute.py) and the invariants are checked
+#   after every quiet period; a check that fails names the events applied to
+#   the peers involved since the last clean one.
+#
 # Run folder: spec.toml (as run, after --set), actions.jsonl (what the runner
 # did, when), checks.jsonl (each invariant check), events.jsonl (sim) or
-# peers/<host>.jsonl (emu), summary.json.
+# peers/<host>.jsonl (emu), summary.json; with churn, schedule.jsonl and
+# applied.jsonl (each action as applied, with its lateness).
 
 from __future__ import annotations
 
@@ -60,6 +66,13 @@ class Engine(Protocol):
     def members(self) -> list[int]: ...
     def finish(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
+    # The churn language's verbs (testbed/churn/_execute.py):
+    def freeze(self, host: int) -> None: ...
+    def thaw(self, host: int) -> None: ...
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None: ...
+    def partition(self, groups: list[list[int]]) -> None: ...
+    def heal(self) -> None: ...
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
 
 
 def build_node_config(node: NodeSpec) -> NodeConfig:
@@ -208,7 +221,7 @@ def run_experiment(
 
             executor = Executor(
                 schedule,
-                engine,  # type: ignore[arg-type]
+                engine,
                 names,
                 topology.one_way_ms() / 1e3,
                 join=join,

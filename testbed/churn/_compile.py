@@ -201,7 +201,6 @@ def compile_churn(
     return Schedule(events, end, source)
 
 
-_HELD = {"freeze", "partition", "latency", "loss", "frame"}
 _AT_ONLY = {"thaw", "heal", "stop"}
 
 
