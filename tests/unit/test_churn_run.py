@@ -240,3 +240,27 @@ def test_a_bad_script_stops_a_campaign_before_any_run(tmp_path):
     with pytest.raises(InputError, match=r"b.churn:2:7: .*no host is named 'h99'"):
         run_campaign(spec, out=tmp_path / "campaign")
     assert not (tmp_path / "campaign").exists()
+
+
+def test_a_run_driven_by_an_availability_trace(tmp_path):
+    # Splay's on/off format: line k is host k; up, down, up, ... in seconds.
+    lines = ["0"] * 8 + ["2 30 50", "3 35", "", "4"]
+    trace = write(tmp_path, "avail.trace", "\n".join(lines) + "\n")
+    overrides = [f'churn.trace="{trace}"', 'churn.trace_down="crash"', "churn.settle_s=12"]
+    spec, data = load_spec(None, overrides, defaults=SMALL)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
+    assert [(a["kind"], a["hosts"][0], a["due_t"]) for a in applied if a["due_t"] > 0] == [
+        ("join", "h9", 2),
+        ("join", "h10", 3),
+        ("join", "h12", 4),
+        ("crash", "h9", 30),
+        ("crash", "h10", 35),
+        ("join", "h9", 50),
+    ]
+    checks = summary["invariants"]["by_check"]
+    assert [(c["phase"], c["members"]) for c in checks] == [
+        ("quiet@16.0s", 11), ("quiet@47.0s", 9), ("quiet@62.0s", 10),
+    ]  # fmt: skip
+    assert summary["invariants"]["violations"] == 0, checks
