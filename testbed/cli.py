@@ -513,6 +513,11 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 # -- run -------------------------------------------------------------------------------------------------
 
 
+engine_option = click.option(
+    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
+)
+
+
 @cli.command(name="churn")
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.option(
@@ -566,9 +571,7 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
 
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option(
-    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
-)
+@engine_option
 @overrides_option("e.g. --set campaign.seeds=[1,2] --set topology.hosts=128")
 @run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -642,9 +645,7 @@ def campaign(
 
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option(
-    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
-)
+@engine_option
 @overrides_option("e.g. --set topology.hosts=128 --set seed=7")
 @run_folder_option
 @_handled

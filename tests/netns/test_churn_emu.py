@@ -9,6 +9,7 @@ import json
 
 from testbed.experiment import run_experiment
 from testbed.spec import load_spec
+from tests.netns.test_can_emu import SPEC as CAN_SPEC
 
 SCRIPT = """
 from 0s to 6s join 75%
@@ -22,20 +23,9 @@ at 37s churn 20%
 at 55s stop
 """
 
-SPEC = {
+# The CAN emulator test's grid and timers, with a script instead of phases.
+SPEC = {k: v for k, v in CAN_SPEC.items() if k != "phases"} | {
     "name": "churn-emu-small",
-    "engine": "emu",
-    "seed": 2,
-    "routes_checked": 500,
-    "topology": {"ref": "planetlab", "hosts": 16, "pick": "random", "clamp": True},
-    "node": {
-        "update_interval_s": 1.0,
-        "suspect_after_s": 3.0,
-        "probe_timeout_s": 1.0,
-        "propose_timeout_s": 1.0,
-        "join_timeout_s": 4.0,
-        "retry_max_s": 4.0,
-    },
     "churn": {"settle_s": 12.0},
 }
 

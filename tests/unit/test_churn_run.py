@@ -21,6 +21,7 @@ from testbed.experiment import run_experiment
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 from testbed.spec import load_spec
+from tests.unit.test_can_sim import SMALL as CAN_SMALL
 
 NAMES = [f"h{k}" for k in range(1, 7)]
 
@@ -155,19 +156,11 @@ def test_a_frozen_simulated_peer_reads_what_waited_when_thawed():
     assert max(handled) > 21.0  # it runs on
 
 
-SMALL = {
+# The CAN tests' small grid, with a script instead of phases.
+SMALL = {k: v for k, v in CAN_SMALL.items() if k != "phases"} | {
     "name": "churn-small",
     "seed": 2,
-    "routes_checked": 300,
     "topology": {"ref": "planetlab", "hosts": 24, "pick": "random"},
-    "node": {
-        "update_interval_s": 1.0,
-        "suspect_after_s": 3.0,
-        "probe_timeout_s": 0.5,
-        "propose_timeout_s": 1.0,
-        "join_timeout_s": 4.0,
-        "retry_max_s": 8.0,
-    },
 }
 
 
