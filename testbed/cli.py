@@ -513,6 +513,91 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
 # -- run -------------------------------------------------------------------------------------------------
 
 
+@cli.command(name="workload")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--min-size",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="2: parallel jobs only.",
+)
+@click.option("--max-size", type=click.IntRange(1), default=None, help="Drop jobs wider than this.")
+@click.option("--completed", is_flag=True, help="Keep completed jobs (status 1) only.")
+@click.option(
+    "--slice",
+    "slice_k",
+    type=click.IntRange(1),
+    default=None,
+    help="The K jobs submitted over the shortest interval.",
+)
+@click.option(
+    "--head", "head_k", type=click.IntRange(1), default=None, help="Then the first K jobs."
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(0),
+    default=None,
+    help="Compress submissions into this many seconds.",
+)
+@click.option(
+    "--runtime-scale",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Multiply run times.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the result as SWF.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def workload_command(
+    path: str,
+    min_size: int,
+    max_size: int | None,
+    completed: bool,
+    slice_k: int | None,
+    head_k: int | None,
+    window: float | None,
+    runtime_scale: float | None,
+    out_path: str | None,
+    as_json: bool,
+) -> None:
+    """Read an SWF trace, filter, slice and compress it; print its figures (and save it)."""
+    from testbed import workload as wl
+
+    trace = wl.select(
+        wl.read_swf(path), min_size=min_size, max_size=max_size, completed_only=completed
+    )
+    if slice_k is not None:
+        trace = wl.shortest_slice(trace, slice_k)
+    if head_k is not None:
+        trace = wl.head(trace, head_k)
+    if window is not None:
+        trace = wl.compress(trace, window)
+    if runtime_scale is not None:
+        trace = wl.scale_runtime(trace, runtime_scale)
+    if out_path is not None:
+        wl.write_swf(trace, out_path)
+    figures = wl.describe(trace)
+    if as_json:
+        print(json.dumps(figures))
+        return
+    table = Table(title=f"{path}: {figures['jobs']:,} jobs")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in figures.items():
+        if key not in ("notes", "source"):
+            table.add_row(key, f"{value:,.6g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    for note in figures["notes"]:
+        err_console.print(f"  {note}")
+
+
 engine_option = click.option(
     "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
 )

@@ -73,14 +73,18 @@ class Schedule:
         encoder = msgspec.json.Encoder()
         return "".join(encoder.encode(e).decode() + "\n" for e in self.events)
 
-    def quiet_periods(self, settle_s: float) -> list[float]:
-        """When the system should be quiet: settle_s after each event followed by
-        at least that long without events (and after the last one)."""
+    def quiet_periods(self, settle_s: float, reserve_s: float = 1.0) -> list[float]:
+        """When the system should be quiet: settle_s after each event that is
+        followed by at least that long without events (and after the last one);
+        but `reserve_s` before the next event at the latest, so that a check
+        (a round trip to every peer in the emulator) never delays the schedule."""
         times = sorted({e.t for e in self.events if e.verb != "stop"})
         out = []
         for k, t in enumerate(times):
-            if k + 1 == len(times) or times[k + 1] - t >= settle_s:
+            if k + 1 == len(times):
                 out.append(t + settle_s)
+            elif times[k + 1] - t >= settle_s:
+                out.append(max(t, min(t + settle_s, times[k + 1] - reserve_s)))
         return out
 
 
