@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -349,12 +350,22 @@ def _work(job: Job) -> dict[str, Any]:
     return run_technique(rtt, tech, seed, noise, boundary)
 
 
+def _worker_signals() -> None:
+    """Workers leave interruptions to the parent: Ctrl-C (sent to the whole
+    process group) is ignored, SIGTERM kills outright. Forked workers would
+    otherwise inherit the CLI's SIGTERM-raises-KeyboardInterrupt handler and
+    die mid-task in a way the pool's shutdown then waits on for ever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _results(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
     if workers <= 1:
         yield from map(_work, jobs)
         return
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals) as pool:
         try:
             yield from pool.map(_work, jobs)
         except BaseException:
