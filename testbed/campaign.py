@@ -5,7 +5,8 @@
 # bad script fails the campaign at once rather than an hour in. Runs go one
 # after the other into <campaign folder>/<script>-s<seed>/, each a complete
 # run folder; campaign.json is rewritten after every run, so an interrupted
-# campaign still reports the runs it finished.
+# campaign still reports the runs it finished; campaign.png plots the CDFs of
+# the repair times and of the actions' lateness over all runs.
 
 from __future__ import annotations
 
@@ -97,7 +98,33 @@ def run_campaign(
         status = "complete"
     finally:
         write_json(folder / "campaign.json", result(status))
+        if rows:
+            write_plot(folder / "campaign.png", repair, lateness, f"{spec.name} ({spec.engine})")
     return folder, result(status)
+
+
+def write_plot(path: Path, repair_s: list[float], lateness_ms: list[float], title: str) -> None:
+    """Two CDFs over all runs: crash-to-takeover times and the actions' lateness."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for ax, values, label in (
+        (left, repair_s, "crash to takeover (s)"),
+        (right, lateness_ms, "action lateness (ms)"),
+    ):
+        if values:
+            x = np.sort(np.asarray(values, dtype=float))
+            ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post")
+        ax.set_xlabel(label)
+        ax.set_ylabel("fraction")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _row(

@@ -223,6 +223,7 @@ def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path):
     assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
     assert result["lateness_ms"]["p99"] == 0.0
     assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
+    assert (folder / "campaign.png").stat().st_size > 10_000
 
 
 def test_a_bad_script_stops_a_campaign_before_any_run(tmp_path):
