@@ -288,8 +288,14 @@ def _starter(
         if verb in ("join", "leave", "crash", "freeze", "thaw"):
             selector = statement.selector
             assert selector is not None
-            # A percentage: of the hosts up (for join: of all the run's hosts, as phases do).
-            base = len(universe_names) if verb == "join" else len(model.up)
+            # A percentage: of the hosts up (for join: of all the run's hosts, as
+            # phases do); `k% of G`: of G's hosts up (for join: of all of G's hosts).
+            scope = (
+                model.members_of(selector.group, statement)
+                if selector.group is not None
+                else universe_names
+            )
+            base = len(scope) if verb == "join" else sum(1 for h in scope if h in model.up)
             count = model.how_many(selector.count, base) if selector.count is not None else None
             if statement.end is None or verb in ("freeze", "thaw"):
                 hosts = select(t, verb, selector, count)

@@ -288,3 +288,16 @@ def test_mutated_scripts_never_crash_the_parser(text, data):
 @given(st.text(max_size=80))
 def test_arbitrary_text_never_crashes_the_parser(text):
     _parse_or_positioned_error(text)
+
+
+def test_a_percentage_of_a_group_is_of_that_group():
+    # cluster=c1 holds h2, h6, ..., h38: ten of the forty hosts.
+    s = compile_text(
+        "at 0s join random 50% of cluster=c1\nat 1s join 10%\nat 2s crash random 40% of cluster=c1"
+    )
+    group, everyone, crash = s.events
+    assert len(group.hosts) == 5 and all(int(h[1:]) % 4 == 2 for h in group.hosts)
+    assert len(everyone.hosts) == 4  # a tenth of all forty
+    up_in_c1 = sum(1 for h in {*group.hosts, *everyone.hosts} if int(h[1:]) % 4 == 2)
+    assert len(crash.hosts) == round(0.4 * up_in_c1)
+    assert all(int(h[1:]) % 4 == 2 for h in crash.hosts)
