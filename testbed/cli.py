@@ -738,12 +738,15 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
     """Run an experiment spec (an overlay experiment, or kind = "predict"); prints
     the run folder as its last line."""
     from testbed.experiment import run_experiment
-    from testbed.spec import PredictSpec, load_any_spec
+    from testbed.spec import ClusterSpec, PredictSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
     if isinstance(spec, PredictSpec):
         print(_run_prediction(spec, data, out))
+        return
+    if isinstance(spec, ClusterSpec):
+        print(_run_clusters(spec, data, out))
         return
     phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
     for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
@@ -771,6 +774,42 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
         run_dir = run_experiment(spec, data, out=out, on_phase=on_phase)
     err_console.print(phases)
     print(run_dir)
+
+
+def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
+    """Run a cluster spec with a status line; print its table; return the run folder."""
+    from testbed.clusters import run_clusters
+
+    with err_console.status(f"{spec.name}") as status:
+        run_dir, summary = run_clusters(
+            spec, data, out=out, progress=lambda what: status.update(f"{spec.name}: {what}")
+        )
+    table = Table(
+        title=f"{spec.name}: {summary['hosts']:,} peers, D = {spec.diameter_ms:g} ms, "
+        f"N = {summary['size']}, M = {summary['memberships']}"
+    )
+    for col in (
+        "clustering",
+        "clusters",
+        "size p50",
+        "per peer p50",
+        "size max",
+        "membership max",
+        "accuracy",
+    ):
+        table.add_column(col, justify="left" if col == "clustering" else "right")
+    for name, q in summary["clusters"].items():
+        table.add_row(
+            name,
+            f"{q['count']:,}",
+            f"{q['size_p50']:g}" if q["size_p50"] is not None else "-",
+            f"{q['peer_size_p50']:g}" if q["peer_size_p50"] is not None else "-",
+            str(q["size_max"]),
+            str(q["membership_max"]),
+            f"{q['accuracy']:.3f}" if q["accuracy"] is not None else "-",
+        )
+    console.print(table)
+    return run_dir
 
 
 def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:

@@ -266,6 +266,28 @@ class MeasuredOracle:
         return summarize(rtts, self.how)
 
 
+def dtm_config(tech: DtmTechnique) -> DtmConfig:
+    return DtmConfig(
+        simulated_joins=tech.simulated_joins,
+        round_above=tech.round_above_ms,
+        branch_sample=tech.branch_sample,
+        near_points=tech.near_points,
+        tolerance=tech.tolerance,
+    )
+
+
+def predict_dtm(
+    rtt: np.ndarray, tech: DtmTechnique, seed: int, noise: Noise
+) -> tuple[np.ndarray, np.ndarray]:
+    """DTM's predicted matrix for `rtt` (measured with `noise`), and the samples each host sent."""
+    oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
+    rng = random.Random(f"dtm/{seed}")
+    predicted = _dtm(
+        len(rtt), oracle, rng, dtm_config(tech), tech.rejoin, tech.trees, tech.tree_quantile
+    )
+    return predicted, oracle.probes
+
+
 def run_technique(
     rtt: np.ndarray,
     tech: Technique,
@@ -285,14 +307,9 @@ def run_technique(
         oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
     started = time.process_time()
     if isinstance(tech, DtmTechnique):
-        config = DtmConfig(
-            simulated_joins=tech.simulated_joins,
-            round_above=tech.round_above_ms,
-            branch_sample=tech.branch_sample,
-            near_points=tech.near_points,
-            tolerance=tech.tolerance,
+        predicted = _dtm(
+            n, oracle, rng, dtm_config(tech), tech.rejoin, tech.trees, tech.tree_quantile
         )
-        predicted = _dtm(n, oracle, rng, config, tech.rejoin, tech.trees, tech.tree_quantile)
     elif isinstance(tech, GnpTechnique):
         config = GnpConfig(
             dims=tech.dims,

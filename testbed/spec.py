@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from testbed.errors import InputError
 __all__ = [
     "DimensionSpec",
     "CampaignSpec",
+    "ClusterSpec",
     "ChurnSpec",
     "DtmTechnique",
     "ExperimentSpec",
@@ -208,12 +210,16 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
-def _convert(data: dict[str, Any], source: str) -> ExperimentSpec | PredictSpec:
+def _convert(data: dict[str, Any], source: str) -> ExperimentSpec | PredictSpec | ClusterSpec:
     kind = data.get("kind", "can")
-    types = {"can": (ExperimentSpec, _check), "predict": (PredictSpec, _check_predict)}
+    types = {
+        "can": (ExperimentSpec, _check),
+        "predict": (PredictSpec, _check_predict),
+        "cluster": (ClusterSpec, _check_cluster),
+    }
     if kind not in types:
         raise InputError(
-            f"kind: expected 'can' (an overlay experiment) or 'predict', not {kind!r}",
+            f"kind: expected 'can' (an overlay experiment), 'predict' or 'cluster', not {kind!r}",
             source=source,
         )
     struct, check = types[kind]
@@ -438,7 +444,7 @@ def load_spec(
 
 def load_any_spec(
     path: str | Path | None, overrides: list[str] = (), *, defaults: dict[str, Any] | None = None
-) -> tuple[ExperimentSpec | PredictSpec, dict[str, Any]]:
+) -> tuple[ExperimentSpec | PredictSpec | ClusterSpec, dict[str, Any]]:
     """Read, override and validate a spec of any kind. Returns (spec, the effective data)."""
     source = str(path) if path is not None else "<spec>"
     data: dict[str, Any] = dict(defaults or {})
@@ -452,3 +458,58 @@ def load_any_spec(
     data = apply_overrides(data, list(overrides))
     spec = _convert(data, source)
     return spec, msgspec.to_builtins(spec)
+
+
+# -- cluster specs (kind = "cluster") -----------------------------------------------------------------
+
+
+def _default_prediction() -> DtmTechnique:
+    return DtmTechnique(trees=9, tolerance=0.0)
+
+
+class ClusterSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """Clusterings side by side (docs/clusters.md): DYN and DYN-SYM from DTM's
+    predictions and all-pairs measurements (seed 002 §5.1, serialized), and the
+    static ones from a topology label."""
+
+    kind: Literal["cluster"]
+    name: str = "cluster"
+    seed: int = 1
+    topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
+    label: str = "cluster"  # the topology label the static clusterings cut up
+    diameter_ms: float = 0.010  # D
+    size: int = 64  # N
+    memberships: int | None = None  # M (default: N, as the thesis)
+    criterion: Literal["fcfs", "global", "greedy"] = "global"
+    aggregate: int = 2  # candidates gathered: this many times N
+    clusterings: list[str] = msgspec.field(
+        default_factory=lambda: ["DYN", "DYN-SYM", "DISJOINT-{N}", "OVERLAP-{N}", "ACTUAL"]
+    )
+    prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
+    noise: NoiseSpec = msgspec.field(default_factory=NoiseSpec)
+
+    def clustering_names(self) -> list[str]:
+        return [c.replace("{N}", str(self.size)) for c in self.clusterings]
+
+
+def _check_cluster(spec: ClusterSpec, source: str) -> None:
+    def fail(field: str, reason: str) -> None:
+        raise InputError(f"{field}: {reason}", source=source)
+
+    _check_topology(spec.topology, fail)
+    if not (math.isfinite(spec.diameter_ms) and spec.diameter_ms > 0):
+        fail("diameter_ms", f"must be a positive number of ms, not {spec.diameter_ms}")
+    if spec.size < 2:
+        fail("size", f"a cluster holds at least 2 peers, not {spec.size}")
+    if spec.memberships is not None and spec.memberships < 1:
+        fail("memberships", f"must be at least 1, not {spec.memberships}")
+    if spec.aggregate < 1:
+        fail("aggregate", f"must be at least 1, not {spec.aggregate}")
+    for name in spec.clustering_names():
+        if name.upper() in ("DYN", "DYN-SYM"):
+            continue
+        if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", name.strip().upper()):
+            fail(
+                "clusterings",
+                f"{name!r}: expected DYN, DYN-SYM, ACTUAL, DISJOINT-<n> or OVERLAP-<n>",
+            )

@@ -4,14 +4,19 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from node.cluster.refine import candidate_clusters, limit_membership, max_clique_with, refine
 from testbed.analysis.clusters import cluster_quality
+from testbed.clusters import run_clusters
+from testbed.errors import InputError
+from testbed.spec import load_any_spec
 from testbed.topology import load_topology, sharcnet_grid
 
 
@@ -80,3 +85,49 @@ def test_refined_clusters_are_accurate_even_when_predictions_lie():
         assert len(result.symmetric[node]) >= len(result.filtered[node])
     myrinet = [k for k, label in enumerate(g.labels) if label["cluster"] in ("c1", "c2")]
     assert np.median([len(result.symmetric[k]) for k in myrinet]) >= 14
+
+
+SMALL = {
+    "kind": "cluster",
+    "name": "cluster-small",
+    "seed": 2,
+    "diameter_ms": 0.010,
+    "size": 16,
+    "topology": {"ref": "sharcnet:{seed}", "hosts": 300, "pick": "random"},
+}
+
+
+def test_a_cluster_spec_reports_every_clustering(tmp_path):
+    spec, data = load_any_spec(None, [], defaults=SMALL)
+    run_dir, summary = run_clusters(spec, data, out=tmp_path / "run")
+    clusters = summary["clusters"]
+    assert list(clusters) == ["DYN", "DYN-SYM", "DISJOINT-16", "OVERLAP-16", "ACTUAL"]
+    for name in ("DYN", "DYN-SYM"):
+        assert clusters[name]["accuracy"] == 1.0 and clusters[name]["size_max"] <= 16
+    assert clusters["DISJOINT-16"]["accuracy"] < 1.0  # the GigE pieces are 100-150 us wide
+    assert clusters["DYN-SYM"]["peer_size_p50"] >= clusters["DYN"]["peer_size_p50"]
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["clusters"]["DYN"]["count"] == clusters["DYN"]["count"]
+    advertised = json.loads((run_dir / "clusters.json").read_text())
+    assert len(advertised["DYN-SYM"]) == 300
+    assert summary["measurements_per_peer"]["prediction"]["p50"] > 0
+
+
+def test_the_bundled_cluster_spec_is_valid():
+    path = Path(__file__).parents[2] / "scripts" / "experiments" / "cluster-sharcnet-sim.toml"
+    spec, _ = load_any_spec(path)
+    assert spec.kind == "cluster" and spec.size == 64 and spec.prediction.trees == 9
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("diameter_ms=0", "diameter_ms"),
+        ("size=1", "size"),
+        ('clusterings=["DYN", "HALVES"]', "HALVES"),
+        ('criterion="random"', "criterion"),
+    ],
+)
+def test_bad_cluster_specs_are_named(override, says):
+    with pytest.raises(InputError, match=says):
+        load_any_spec(None, [override], defaults=SMALL)
