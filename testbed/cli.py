@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed._progress import BringupProgress, console, err_console
@@ -29,7 +30,8 @@ __all__ = ["main"]
 
 
 def _fail(exc: BaseException) -> int:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    # escape: messages quote user input ("[campaign]", "cluster=[...]"), not markup
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return 2 if isinstance(exc, InputError) else 1
 
 
