@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 
 from testbed.analysis.stats import quantiles
+from testbed.errors import InputError
 from testbed.experiment import churn_schedule, run_experiment, select_topology
 from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.spec import ChurnSpec, ExperimentSpec
@@ -29,6 +31,19 @@ __all__ = ["run_campaign"]
 def _run_specs(spec: ExperimentSpec) -> list[tuple[str, int, ExperimentSpec]]:
     assert spec.campaign is not None
     base = spec.churn or ChurnSpec()
+    stems = [Path(script).stem for script in spec.campaign.scripts]
+    for script, stem in zip(spec.campaign.scripts, stems, strict=True):
+        if stems.count(stem) > 1:
+            raise InputError(
+                f"campaign.scripts: two scripts named {stem!r} would share run folders; rename one",
+                source=script,
+            )
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,55}", stem):
+            raise InputError(
+                f"campaign.scripts: {stem!r} cannot name a run folder "
+                "(letters, digits, '.', '_', '-'; a letter or digit first)",
+                source=script,
+            )
     out = []
     for script in spec.campaign.scripts:
         stem = Path(script).stem
@@ -143,9 +158,9 @@ def _row(
     totals["crashes"] += run_repair.get("crashes", 0)
     totals["unrepaired"] += run_repair.get("unrepaired", 0)
     late = [
-        json.loads(line)["lateness_ms"]
-        for line in (run_dir / "applied.jsonl").read_text().splitlines()
-        if line
+        record["lateness_ms"]
+        for record in map(json.loads, (run_dir / "applied.jsonl").read_text().splitlines())
+        if "lateness_ms" in record
     ]
     lateness.extend(late)
     violating.extend(

@@ -39,6 +39,7 @@ from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.churn._execute import ChurnEngine, Executor
+from testbed.errors import InputError
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import (
@@ -289,7 +290,11 @@ def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -
         return None
     if churn.trace is not None:
         return read_trace(churn.trace, names, down=churn.trace_down)
-    assert churn.script is not None
+    if churn.script is None:
+        raise InputError(
+            "churn: no script or trace; a spec with [campaign] runs with `testbed campaign`",
+            source="<spec>",
+        )
     frames, frame = _frames(spec)
     labels = list(topology.labels) if topology.labels else [{} for _ in names]
     universe = Universe(names, labels, frames=frames, frame=frame)

@@ -12,10 +12,12 @@
 #   `from A to B freeze 3` freezes three hosts at A and thaws them at B (so
 #   do partition, set latency/loss and frame: undone at B). `flap` cuts a
 #   pair at A and mends and cuts it every T until B. A percentage is of the
-#   hosts up at the statement's start (for join, too: `join 10%` grows the
-#   population by a tenth). Anything impossible (a named host that is not up,
-#   more leavers than members, a label no host has, an event after `stop`) is
-#   an error naming the statement's line, not a silent skip.
+#   hosts up at the statement's start, except for join (of all the run's
+#   hosts, so that `from 0s to 40s join 80%` builds the same share of any
+#   topology: one script for 64 emulated peers and 1,000 simulated ones).
+#   Anything impossible (a named host that is not up, more leavers than
+#   members, a label no host has, overlapping partitions, an event at or after
+#   `stop`) is an error naming the statement's line, not a silent skip.
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import msgspec
 
 from testbed.churn._parse import Count, Group, Selector, Statement
 from testbed.errors import InputError
+from testbed.linkmodel import MAX_ONE_WAY_S
 
 __all__ = ["Event", "Schedule", "Universe", "compile_churn"]
 
@@ -75,16 +78,19 @@ class Schedule:
 
     def quiet_periods(self, settle_s: float, reserve_s: float = 1.0) -> list[float]:
         """When the system should be quiet: settle_s after each event that is
-        followed by at least that long without events (and after the last one);
+        followed by at least that long without events (`stop` counts as one);
         but `reserve_s` before the next event at the latest, so that a check
         (a round trip to every peer in the emulator) never delays the schedule."""
         times = sorted({e.t for e in self.events if e.verb != "stop"})
+        stop = min((e.t for e in self.events if e.verb == "stop"), default=None)
         out = []
         for k, t in enumerate(times):
-            if k + 1 == len(times):
+            following = times[k + 1] if k + 1 < len(times) else stop
+            if following is None:
                 out.append(t + settle_s)
-            elif times[k + 1] - t >= settle_s:
-                out.append(max(t, min(t + settle_s, times[k + 1] - reserve_s)))
+            elif following - t >= settle_s:
+                latest = following - reserve_s
+                out.append(min(t + settle_s, latest) if latest > t else t + settle_s)
         return out
 
 
@@ -96,8 +102,9 @@ class _Model:
         self.source = source
         self.index = {name: k for k, name in enumerate(universe.names)}
         self.up: dict[str, float] = {}  # name -> when it joined (insertion order = join order)
-        self.frozen: set[str] = set()
+        self.frozen: dict[str, int] = {}  # name -> the freeze that holds it (a token)
         self.frame = universe.frame
+        self.held: dict[str, list[tuple[float, float, int]]] = {}  # verb -> spans held
 
     def fail(self, statement: Statement, reason: str, column: int | None = None) -> InputError:
         return InputError(
@@ -188,24 +195,38 @@ def compile_churn(
     for statement in statements:
         if stop is not None and statement is not stop:
             last = statement.end if statement.end is not None else statement.start
-            if last > stop.start:
+            if last >= stop.start:
                 raise model.fail(
                     statement,
-                    f"it runs until {_when(last)}, after `stop` at {_when(stop.start)} "
+                    f"it runs until {_when(last)}, not before `stop` at {_when(stop.start)} "
                     f"(line {stop.line})",
                 )
         _check_when(statement, model)
         later(statement.start, statement.line, _starter(statement, model, rng, events, later))
 
     while queue:
-        t, _, _, action = heapq.heappop(queue)
-        action(t)
+        t, line, _, action = heapq.heappop(queue)
+        try:
+            action(t)
+        except _TooMany as exc:
+            statement = next(s for s in statements if s.line == line)
+            raise model.fail(
+                statement, f"it makes {exc.args[0]:,} events, more than {MAX_EVENTS:,}"
+            ) from None
     events.sort(key=lambda e: e.t)  # stable: equal times keep the script's order
     end = stop.start if stop is not None else max((e.t for e in events), default=0.0)
     return Schedule(events, end, source)
 
 
 _AT_ONLY = {"thaw", "heal", "stop"}
+
+
+# Events one statement may make (a churn rate or flap period gone wrong).
+MAX_EVENTS = 200_000
+
+
+class _TooMany(Exception):
+    """A statement would make more than MAX_EVENTS events (args[0]: how many)."""
 
 
 def _check_when(statement: Statement, model: _Model) -> None:
@@ -215,6 +236,32 @@ def _check_when(statement: Statement, model: _Model) -> None:
         raise model.fail(statement, "`flap` needs a span: `from T to T flap A -- B every T`")
     if statement.verb == "churn" and statement.period is not None and statement.end is None:
         raise model.fail(statement, "`churn X% per T` needs a span: `from T to T churn ...`")
+    rtt = statement.value if statement.verb == "latency" else None
+    if rtt is not None and rtt / 2 > MAX_ONE_WAY_S:
+        raise model.fail(statement, f"an RTT of {rtt:g} s is beyond {2 * MAX_ONE_WAY_S:g} s")
+    flaps = (
+        (statement.end - statement.start) / statement.period
+        if statement.verb == "flap" and statement.end is not None and statement.period
+        else 0
+    )
+    if flaps > MAX_EVENTS:
+        raise model.fail(statement, f"more than {MAX_EVENTS:,} cuts and mends: a longer period")
+    if statement.verb in ("partition", "frame"):
+        # They replace each other (and a span's end undoes whatever is in place),
+        # so two of them may not overlap.
+        for start, end, line in model.held.get(statement.verb, []):
+            if start <= statement.start < end or (
+                statement.end is not None and statement.start < start < statement.end
+            ):
+                raise model.fail(
+                    statement,
+                    f"it overlaps the {statement.verb} of line {line} "
+                    f"({_when(start)} to {_when(end)}); they replace each other",
+                )
+        if statement.end is not None:
+            model.held.setdefault(statement.verb, []).append(
+                (statement.start, statement.end, statement.line)
+            )
     if statement.verb == "frame":
         frame = statement.value
         frames = model.universe.frames
@@ -239,17 +286,19 @@ def _starter(
     def emit(t: float, verb: str, **fields: Any) -> None:
         events.append(Event(t=round(t, 6), verb=verb, line=line, **fields))
 
+    token = id(statement)  # a timed freeze thaws only what it froze itself
+
     def apply_hosts(t: float, verb: str, hosts: list[str]) -> None:
         for host in hosts:
             if verb == "join":
                 model.up[host] = t
             elif verb in ("leave", "crash"):
                 model.up.pop(host, None)
-                model.frozen.discard(host)
+                model.frozen.pop(host, None)
             elif verb == "freeze":
-                model.frozen.add(host)
+                model.frozen[host] = token
             elif verb == "thaw":
-                model.frozen.discard(host)
+                model.frozen.pop(host, None)
         if hosts:
             emit(t, verb, hosts=tuple(hosts))
 
@@ -304,7 +353,8 @@ def _starter(
                     end = statement.end
 
                     def thaw(t: float, hosts: list[str] = hosts) -> None:
-                        apply_hosts(t, "thaw", [h for h in hosts if h in model.frozen])
+                        mine = [h for h in hosts if model.frozen.get(h) == token]
+                        apply_hosts(t, "thaw", mine)
 
                     later(end, line, thaw)
                 return
@@ -355,6 +405,11 @@ def _starter(
                     sides.append(sorted(rng.sample(free, count), key=model.index.__getitem__))
                 else:
                     sides.append(model.members_of(side, statement))
+            for k, side in enumerate(sides, start=1):
+                if not side:
+                    raise model.fail(statement, f"side {k} of the partition has no host")
+            if len(sides) == 1 and len(sides[0]) == len(universe_names):
+                raise model.fail(statement, "one side holding every host is no partition")
             seen: dict[str, int] = {}
             for k, side in enumerate(sides):
                 for host in side:
@@ -430,6 +485,8 @@ def _starter(
 def _spread(start: float, end: float, count: int) -> list[float]:
     if count <= 0:
         return []
+    if count > MAX_EVENTS:
+        raise _TooMany(count)
     step = (end - start) / count
     return [start + k * step for k in range(count)]
 

@@ -33,7 +33,7 @@ class ChurnEngine(Protocol):
     def freeze(self, host: int) -> None: ...
     def thaw(self, host: int) -> None: ...
     def advance(self, until: float) -> None: ...
-    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None: ...
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int: ...  # pairs clamped
     def partition(self, groups: list[list[int]]) -> None: ...
     def heal(self) -> None: ...
     def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
@@ -82,14 +82,17 @@ class Executor:
             if event is None:
                 check(t)
             elif event.verb == "stop":
-                self._record(event, event.hosts)
+                if self._log is not None:  # the end, not an action: not counted
+                    self._log.write(
+                        "stop", due_t=event.t, applied_t=round(self.engine.now, 6), line=event.line
+                    )
                 return
             else:
                 self._apply(event)
 
     def summary(self) -> dict[str, Any]:
         """Actions are counted one per host for host verbs (a join of 8 is 8 actions)."""
-        scheduled = sum(max(1, len(e.hosts)) for e in self.schedule.events)
+        scheduled = sum(max(1, len(e.hosts)) for e in self.schedule.events if e.verb != "stop")
         return {
             "events_scheduled": scheduled,
             "events_applied": self.applied,
@@ -148,6 +151,7 @@ class Executor:
                 self._record(event, [name])
             return
         groups = [self._hosts(group) for group in event.groups]
+        extra: dict[str, Any] = {}
         if verb == "partition":
             self.engine.partition(groups)
         elif verb == "heal":
@@ -159,7 +163,7 @@ class Executor:
                 value = self.base[block] if event.value is None else event.value / 2.0
                 self.current[block] = value
             np.fill_diagonal(self.current, 0.0)
-            self.engine.set_matrix(self.current, why=f"churn line {event.line}")
+            extra["clamped"] = self.engine.set_matrix(self.current, why=f"churn line {event.line}")
         elif verb in ("loss", "cut", "mend"):
             rate = {"cut": 1.0, "mend": 0.0}.get(verb, event.value)
             assert rate is not None
@@ -172,7 +176,7 @@ class Executor:
             assert event.value is not None
             self.base = np.array(self._frames[int(event.value)], dtype=np.float64)
             self.current = self.base.copy()
-            self.engine.set_matrix(self.current, why=f"frame {int(event.value)}")
+            extra["clamped"] = self.engine.set_matrix(self.current, why=f"frame {int(event.value)}")
         else:
             raise ValueError(f"unknown schedule verb {verb!r}")
-        self._record(event, [], groups=[len(g) for g in groups], value=event.value)
+        self._record(event, [], groups=[len(g) for g in groups], value=event.value, **extra)

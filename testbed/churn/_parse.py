@@ -96,6 +96,21 @@ NAME: /[A-Za-z_][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*/
 """
 
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_SECONDS = 366 * 86400.0  # a year: times beyond it are typing errors
+MAX_COUNT = 10_000_000
+MAX_PERCENT = 1000.0  # churn X% per T may replace the population several times over
+
+
+def _finite(value: float, token: Token) -> float:
+    if not (math.isfinite(value) and value <= MAX_SECONDS):
+        raise _Fail(f"{_short(token)} is too large (times are at most a year)", token.column)
+    return value
+
+
+def _short(token: Token | str) -> str:
+    text = str(token)
+    return text if len(text) <= 24 else text[:20] + "..."
+
 
 # How lark's terminal names read in an error message.
 _WORDS = {
@@ -215,19 +230,21 @@ class _ToStatement(Transformer):
             total += float(number) * _UNIT_S[unit]
             number = ""
             k += len(unit)
-        return total, token.column
+        return _finite(total, token), token.column
 
     def seconds(self, token: Token) -> tuple[float, int]:
-        return float(token), token.column
+        return _finite(float(token), token), token.column
 
     def expression(self, value: float, unit: Token) -> tuple[float, int]:
         seconds = value * _UNIT_S[str(unit)]
-        if not math.isfinite(seconds) or seconds < 0:
-            raise _Fail(f"the time expression comes to {seconds:g} s; expected >= 0", unit.column)
+        if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SECONDS:
+            raise _Fail(
+                f"the time expression comes to {seconds:g} s; expected 0 to a year", unit.column
+            )
         return seconds, unit.column
 
     def number(self, token: Token) -> float:
-        return float(token)
+        return _finite(float(token), token)
 
     def add(self, a: float, b: float) -> float:
         return a + b
@@ -255,6 +272,8 @@ class _ToStatement(Transformer):
     # -- selectors -----------------------------------------------------------------------------
     def absolute(self, token: Token) -> Count:
         value = float(token)
+        if value > MAX_COUNT:
+            raise _Fail(f"{_short(token)} hosts: a count is at most {MAX_COUNT:,}", token.column)
         if value != int(value):
             raise _Fail(f"a count of hosts is a whole number, not {token}", token.column)
         return Count(value)
@@ -266,7 +285,10 @@ class _ToStatement(Transformer):
         return Count(value, percent=True)
 
     def percent(self, token: Token) -> tuple[float, int]:
-        return float(token), token.column
+        value = float(token)
+        if value > MAX_PERCENT:
+            raise _Fail(f"{_short(token)}%: at most {MAX_PERCENT:,.0f}%", token.column)
+        return value, token.column
 
     def names(self, *tokens: Token) -> Group:
         return Group(names=tuple(str(t) for t in tokens))
@@ -377,7 +399,7 @@ def _parse_line(text: str, line: int, source: str) -> Statement:
         if token is None or token.type == "$END":
             reason, column = "the statement ends too early", len(text.rstrip()) + 1
         else:
-            reason, column = f"unexpected {str(token)!r}", exc.column
+            reason, column = f"unexpected {_short(token)!r}", exc.column
         raise InputError(reason + _expected(exc), source=source, line=line, column=column) from None
     when_tree, action_tree = tree.children
     try:
@@ -388,7 +410,9 @@ def _parse_line(text: str, line: int, source: str) -> Statement:
         inner = exc.orig_exc
         if isinstance(inner, _Fail):
             raise InputError(inner.reason, source=source, line=line, column=inner.column) from None
-        raise
+        raise InputError(
+            f"cannot read this statement ({inner})", source=source, line=line, column=1
+        ) from None
     except _Fail as exc:
         raise InputError(exc.reason, source=source, line=line, column=exc.column) from None
     column = action_tree.meta.column if not action_tree.meta.empty else 1
@@ -426,4 +450,6 @@ def read_churn(path: str | Path) -> list[Statement]:
         raise InputError("no such churn script", source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror or exc}", source=str(path)) from None
     return parse_churn(text, str(path))

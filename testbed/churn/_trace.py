@@ -52,9 +52,12 @@ def trace_schedule(
                     line=number,
                     column=column,
                 ) from None
-            if not (math.isfinite(t) and t >= 0):
+            if not (math.isfinite(t) and 0 <= t <= 366 * 86400):
                 raise InputError(
-                    f"expected a time >= 0, not {field}", source=source, line=number, column=column
+                    f"expected a time from 0 s to a year, not {field}",
+                    source=source,
+                    line=number,
+                    column=column,
                 )
             if t <= last:
                 raise InputError(
@@ -78,4 +81,8 @@ def read_trace(path: str | Path, names: Sequence[str], *, down: str = "leave") -
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("no such availability trace", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror or exc}", source=str(path)) from None
     return trace_schedule(text, names, down=down, source=str(path))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import sys
@@ -168,8 +167,10 @@ class EmuEngine:
 
     # -- the network (the churn language's faults) --------------------------------------------------
 
-    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None:
-        self.wan.load_one_way(one_way_s * 1e3, clamp=self.spec.topology.clamp, why=why)
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int:
+        """Load new delays; pairs below the engine's floor are clamped to it (a
+        script asking for less gets the least there is) and counted."""
+        return self.wan.load_one_way(one_way_s * 1e3, clamp=True, why=why)
 
     def partition(self, groups: list[list[int]]) -> None:
         self.wan.partition(*([self._name(h) for h in group] for group in groups))
@@ -284,18 +285,20 @@ class EmuEngine:
         return found, wall
 
     def _repair_times(self) -> dict[str, Any]:
-        taken: dict[int, float] = {}
+        taken: dict[int, list[float]] = {}
         for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
             for line in path.read_text().splitlines():
                 if '"kind":"takeover"' in line:
                     record = json.loads(line)
                     for dead in record["dead"]:
-                        taken[dead] = min(taken.get(dead, math.inf), record["wall"])
+                        taken.setdefault(dead, []).append(record["wall"])
         crashed = [(i, t) for i, t in (self._crashed_id(h, t) for h, t in self._crashes) if i]
-        repair = [taken[i] - t for i, t in crashed if i in taken]
+        # The first takeover after the crash (one before it, of a frozen peer say, is no repair).
+        after = {i: min((w for w in taken.get(i, []) if w >= t), default=None) for i, t in crashed}
+        repair = [after[i] - t for i, t in crashed if after[i] is not None]
         return quantiles(repair) | {
             "crashes": len(crashed),
-            "unrepaired": sum(1 for i, _ in crashed if i not in taken),
+            "unrepaired": sum(1 for i, _ in crashed if after[i] is None),
             "values": [round(r, 3) for r in repair],
         }
 

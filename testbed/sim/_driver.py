@@ -53,9 +53,11 @@ class SimEngine:
         kind = record["kind"]
         if kind == "crashed":
             self._crashed_at[record["id"]] = record["t"]
+            self._repaired_at.pop(record["id"], None)  # a takeover before the crash is no repair
         elif kind == "takeover":
             for dead in record["dead"]:
-                self._repaired_at[dead] = record["t"]
+                if dead in self._crashed_at and dead not in self._repaired_at:
+                    self._repaired_at[dead] = record["t"]
 
     def start(self, host: int, point: tuple[float, ...]) -> None:
         if host in self.sim.peers:
@@ -73,6 +75,8 @@ class SimEngine:
         if peer is not None:
             self.graveyard[host] = (self.sim.now, peer.can)
         self.sim.crash(host)
+        if peer is not None and not peer.member:  # nothing to repair (as the emulator counts)
+            self._crashed_at.pop(peer.can.id, None)
 
     def freeze(self, host: int) -> None:
         self.sim.freeze(host)
@@ -82,8 +86,9 @@ class SimEngine:
 
     # -- the network (the churn language's faults) --------------------------------------------------
 
-    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> None:
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int:
         self.sim.model.load(one_way_s.tolist())
+        return 0
 
     def partition(self, groups: list[list[int]]) -> None:
         self.sim.model.partition(groups)

@@ -82,11 +82,14 @@ def test_every_statement_kind_parses_to_its_fields():
         ("\n\nfrom 5s to 3s join 1", 3, 12, "end must come after"),
         ("at 5s join 2.5", 1, 12, "whole number"),
         ("at 5s leave 150%", 1, 13, "at most 100%"),
-        ("at (3-5)s join 1", 1, 9, ">= 0"),
+        ("at (3-5)s join 1", 1, 9, "expected 0 to a year"),
         ("at 5s partition h1 |", 1, 21, "ends too early"),
         ("at 5s flap h1 -- h2 every 0s", 1, 27, "T > 0"),
         ("at 1s join 1\nat 2s set loss h1 -- h2 101%", 2, 25, "more than 100%"),
         ("at 5s join €", 1, 12, "unexpected '€'"),
+        ("at 1s crash " + "9" * 400, 1, 13, "at most 10,000,000"),
+        ("at " + "9" * 400 + "s join 2", 1, 4, "too large"),
+        ("at 1s churn " + "9" * 400 + "%", 1, 13, "at most 1,000%"),
     ],
 )
 def test_syntax_errors_name_line_column_and_what_was_expected(text, line, column, says):
@@ -156,17 +159,46 @@ def test_newest_picks_the_most_recently_joined():
         ("at 0s join 5\nat 1s leave cluster=c9", 2, "no host has the label cluster=c9"),
         ("at 0s join h99", 1, "no host is named 'h99'"),
         ("at 5s frame 19", 1, "frames 1..18"),
-        ("at 0s join 3\nat 5s stop\nat 6s join 1", 3, "after `stop` at 5s (line 2)"),
+        ("at 0s join 3\nat 5s stop\nat 6s join 1", 3, "not before `stop` at 5s (line 2)"),
         ("from 0s to 5s heal", 1, "write `at T`"),
         ("at 5s flap h1 -- h2 every 1s", 1, "needs a span"),
         ("at 0s join 40\nat 1s churn 10%", 2, "only 0 are idle"),
         ("at 0s partition h1,h2 | h2,h3", 1, "h2 is on two sides"),
+        ("at 0s partition all", 1, "no partition"),
+        ("at 0s join 4\nat 5s stop\nat 5s crash 1", 3, "not before `stop`"),
+        ("from 0s to 100s partition h1\nfrom 10s to 20s partition h2", 2, "overlaps the partition"),
+        ("from 0s to 10s frame 2\nfrom 5s to 15s frame 3", 2, "overlaps the frame"),
+        ("at 1s set latency h1 -- h2 200s", 1, "beyond 120 s"),
+        ("from 1s to 1h flap h1 -- h2 every 1ms", 1, "more than 200,000"),
+        ("at 0s join 40\nfrom 1s to 2s churn 50% per 0.00001s", 2, "more than 200,000"),
     ],
 )
 def test_impossible_scripts_are_rejected_with_the_line(text, line, says):
     with pytest.raises(InputError) as caught:
         compile_text(text)
     assert caught.value.line == line and says in caught.value.reason, str(caught.value)
+
+
+def test_a_timed_freeze_thaws_only_what_it_froze():
+    s = compile_text(
+        "at 0s join h1,h2\nfrom 1s to 10s freeze h1\nat 2s crash h1\nat 3s join h1\n"
+        "from 4s to 20s freeze h1"
+    )
+    assert [(e.t, e.verb) for e in s.events if e.hosts == ("h1",)] == [
+        (1, "freeze"),
+        (2, "crash"),
+        (3, "join"),
+        (4, "freeze"),
+        (20, "thaw"),
+    ]
+
+
+def test_the_last_check_comes_before_stop():
+    s = compile_text("at 0s join 5\nat 40s stop")
+    assert s.quiet_periods(30) == [30]
+    assert compile_text("at 0s join 5\nat 10s stop").quiet_periods(30) == []  # never quiet
+    tight = compile_text("at 0s join 5\nat 0.5s crash 1")
+    assert tight.quiet_periods(0.5) == [0.5, 1.0]  # after the events, never before them
 
 
 def test_quiet_periods_follow_each_burst():

@@ -218,7 +218,9 @@ def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path):
     folder, result = run_campaign(spec, out=tmp_path / "campaign")
     assert result["status"] == "complete" and result["runs"] == 4
     assert [r["run"] for r in result["rows"]] == ["a-s1", "a-s2", "b-s1", "b-s2"]
-    assert result["events_applied"] == 4 * 12 + 2 * 1 + 2 * 2 + 4  # joins, crashes, leaves, stops
+    assert (
+        result["events_applied"] == 4 * 12 + 2 * 1 + 2 * 2
+    )  # joins, crashes, leaves (stops are no action)
     assert result["violations"] == 0
     assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
     assert result["lateness_ms"]["p99"] == 0.0
@@ -258,3 +260,38 @@ def test_a_run_driven_by_an_availability_trace(tmp_path):
         ("quiet@16.0s", 11), ("quiet@47.0s", 9), ("quiet@62.0s", 10),
     ]  # fmt: skip
     assert summary["invariants"]["violations"] == 0, checks
+
+
+def test_campaign_scripts_must_name_distinct_run_folders(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = write(tmp_path / "a", "x.churn", "at 0s join 4")
+    two = write(tmp_path / "b", "x.churn", "at 0s join 4")
+    spec, _ = load_spec(None, [f'campaign.scripts=["{one}", "{two}"]'], defaults=SMALL)
+    with pytest.raises(InputError, match="two scripts named 'x'"):
+        run_campaign(spec, out=tmp_path / "campaign")
+
+
+def test_a_campaign_spec_run_alone_says_how_to_run_it(tmp_path):
+    script = write(tmp_path, "a.churn", "at 0s join 4")
+    spec, data = load_spec(
+        None, [f'campaign.scripts=["{script}"]', "churn.settle_s=10"], defaults=SMALL
+    )
+    with pytest.raises(InputError, match="testbed campaign"):
+        run_experiment(spec, data, out=tmp_path / "run")
+
+
+def test_a_takeover_before_the_crash_is_no_repair(tmp_path):
+    # The frozen peer is taken over while frozen; when all 18 crash at 60 s (the
+    # frozen one too), nothing is repaired: no negative repair time from its
+    # earlier takeover.
+    script = write(
+        tmp_path,
+        "f.churn",
+        "from 0s to 16s join 75%\nfrom 30s to 90s freeze random 1 of all\nat 60s crash oldest 18\n",
+    )
+    spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=15"], defaults=SMALL)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    repair = json.loads((run_dir / "summary.json").read_text())["repair_s"]
+    assert repair["crashes"] == 18
+    assert all(value >= 0 for value in repair["values"])
