@@ -204,12 +204,21 @@ def run_experiment(
             (run_dir / "schedule.jsonl").write_text(schedule.to_jsonl())
             applied = JsonLog(run_dir / "applied.jsonl")
 
+            joined_at: dict[int, float] = {}
+
             def join(host: int) -> None:
-                # Bootstraps among the hosts that should be members: asking the
-                # peers who is one costs the emulator a round trip to each.
+                # Bootstraps among the hosts that should be members (asking the
+                # peers who is one costs the emulator a round trip to each), those
+                # that joined a join timeout ago first: a joiner whose bootstraps
+                # are all still joining themselves retries them for ever.
+                now = engine.now
+                settled = now - spec.node.join_timeout_s
                 others = sorted(expected - {host})
+                old = [h for h in others if joined_at.get(h, now) <= settled]
+                pool = old if len(old) >= 5 else others
                 engine.start(host, draw_point(spec.node, point_rng))
-                engine.join(host, rng.sample(others, min(5, len(others))))
+                engine.join(host, rng.sample(pool, min(5, len(pool))))
+                joined_at[host] = now
 
             executor = Executor(
                 schedule,

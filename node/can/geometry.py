@@ -46,6 +46,9 @@ class Dimension:
             )
 
 
+_ON_FACE = 1e-24  # squared normalised distance of a point on a box's upper face
+
+
 class Space:
     """The CAN space: an ordered list of dimensions, at most one of them virtual."""
 
@@ -90,8 +93,12 @@ class Space:
         for x, a, b, span in zip(point, lo, hi, self.span, strict=True):
             if x < a:
                 total += ((a - x) / span) ** 2
-            elif x > b:
-                total += ((x - b) / span) ** 2
+            elif x >= b:
+                # On the upper face is outside (boxes are half-open): a little
+                # further than inside, or greedy routing sees a tie and stops
+                # (points on split positions are common: splits fall on the
+                # joiners' own coordinates, capability values among them).
+                total += ((x - b) / span) ** 2 + _ON_FACE
         return math.sqrt(total)
 
     def volume(self, lo: Sequence[float], hi: Sequence[float]) -> float:

@@ -60,3 +60,23 @@ def test_next_hop_is_greedy_and_strict():
     assert next_hop(SPACE, *me, [right, up], (70, 10, 0.5)) == 1  # right contains it
     assert next_hop(SPACE, *me, [right, up], (90, 90, 0.5)) in (1, 2)
     assert next_hop(SPACE, *me, [up], (90, 10, 0.5)) is None  # nobody closer: a hole
+
+
+def test_a_point_on_a_corner_is_routed_round_it():
+    # A point on the corner of four zones, owned by the diagonal one, which is
+    # no neighbour of ours (corners are not faces). Half-open boxes: the point
+    # is outside ours and both neighbours' on their upper faces; that must count
+    # as a little distance, more faces more, or greedy routing sees a three-way
+    # tie at 0 and stops (campaign-sim: 34 joins retried "no route" and 3 never
+    # joined in a 1,000-peer build, where splits fall on capability values).
+    space = Space([Dimension("x", 0, 10), Dimension("y", 0, 10)])
+    ours = ((0.0, 0.0), (5.0, 5.0))
+    right = (2, (5.0, 0.0), (10.0, 5.0))
+    above = (3, (0.0, 5.0), (5.0, 10.0))
+    assert next_hop(space, *ours, [right, above], (5.0, 5.0)) == 2  # the tie goes to the smaller id
+    assert next_hop(space, right[1], right[2], [(4, (5.0, 5.0), (10.0, 10.0))], (5.0, 5.0)) == 4
+    assert (
+        space.distance((0.0, 0.0), (5.0, 5.0), (5.0, 5.0))
+        > space.distance((5.0, 0.0), (10.0, 5.0), (5.0, 5.0))
+        > 0
+    )
