@@ -11,14 +11,17 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from testbed._pool import worker_signals
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.experiment import churn_schedule, run_experiment, select_topology
@@ -64,10 +67,12 @@ def run_campaign(
     *,
     out: str | Path | None = None,
     on_run: Callable[[int, int, str, int, dict[str, Any] | None], None] | None = None,
+    jobs: int = 1,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the campaign; returns (its folder, the campaign object also in campaign.json).
 
-    on_run(k, total, script, seed, row) is called before each run (row None) and after it.
+    on_run(k, total, script, seed, row) is called before each run (row None; one
+    at a time only) and after it. jobs > 1 runs simulated runs side by side.
     """
     runs = _run_specs(spec)
     for _, _, run in runs:  # compile everything first: nothing half-run
@@ -98,18 +103,41 @@ def run_campaign(
         }
 
     status = "interrupted"
+    order = {(script, seed): k for k, (script, seed, _) in enumerate(runs)}
+
+    def finished(k: int, script: str, seed: int, run_dir: Path) -> None:
+        row = _row(run_dir, script, seed, repair, lateness, violating, totals)
+        rows.append(row)
+        rows.sort(key=lambda r: order[(r["script"], r["seed"])])
+        write_json(folder / "campaign.json", result("running"))
+        if on_run is not None:
+            on_run(k, len(runs), script, seed, row)
+
     try:
-        for k, (script, seed, run) in enumerate(runs):
-            if on_run is not None:
-                on_run(k, len(runs), script, seed, None)
-            run_dir = folder / f"{Path(script).stem}-s{seed}"
-            data = strip_none(msgspec.to_builtins(run))
-            run_experiment(run, data, out=run_dir)
-            row = _row(run_dir, script, seed, repair, lateness, violating, totals)
-            rows.append(row)
-            write_json(folder / "campaign.json", result("running"))
-            if on_run is not None:
-                on_run(k, len(runs), script, seed, row)
+        jobs = min(jobs, len(runs)) if spec.engine == "sim" else 1
+        if jobs <= 1:
+            for k, (script, seed, run) in enumerate(runs):
+                if on_run is not None:
+                    on_run(k, len(runs), script, seed, None)
+                run_dir = folder / f"{Path(script).stem}-s{seed}"
+                run_experiment(run, strip_none(msgspec.to_builtins(run)), out=run_dir)
+                finished(k, script, seed, run_dir)
+        else:  # simulated runs side by side, one process each
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_signals) as pool:
+                pending = {}
+                for k, (script, seed, run) in enumerate(runs):
+                    run_dir = folder / f"{Path(script).stem}-s{seed}"
+                    data = strip_none(msgspec.to_builtins(run))
+                    future = pool.submit(run_experiment, run, data, out=run_dir)
+                    pending[future] = (k, script, seed, run_dir)
+                try:
+                    for future in as_completed(pending):
+                        future.result()
+                        finished(*pending[future])
+                except BaseException:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         status = "complete"
     finally:
         write_json(folder / "campaign.json", result(status))

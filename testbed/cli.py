@@ -661,10 +661,22 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
 @engine_option
 @overrides_option("e.g. --set campaign.seeds=[1,2] --set topology.hosts=128")
 @run_folder_option
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Simulated runs side by side (one process each).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def campaign(
-    spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None, as_json: bool
+    spec_path: str,
+    engine: str | None,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    jobs: int,
+    as_json: bool,
 ) -> None:
     """Run a spec under each of its [campaign] churn scripts x seeds; one table of
     what broke (invariant violations after each quiet period) and how fast it repaired."""
@@ -689,7 +701,7 @@ def campaign(
                 f"{row['violations']} violation(s), {row['wall_s']:.0f} s"
             )
 
-        folder, result = run_campaign(spec, out=out, on_run=on_run)
+        folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs)
     if as_json:
         print(json.dumps(result | {"folder": str(folder)}))
         return

@@ -13,7 +13,6 @@ import math
 import multiprocessing
 import os
 import random
-import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -28,6 +27,7 @@ from node.coord.dtm import Dtm, DtmConfig
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
+from testbed._pool import worker_signals
 from testbed.analysis.prediction import boundary_errors, error_percentiles, pair_errors
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import (
@@ -367,22 +367,12 @@ def _work(job: Job) -> dict[str, Any]:
     return run_technique(rtt, tech, seed, noise, boundary)
 
 
-def _worker_signals() -> None:
-    """Workers leave interruptions to the parent: Ctrl-C (sent to the whole
-    process group) is ignored, SIGTERM kills outright. Forked workers would
-    otherwise inherit the CLI's SIGTERM-raises-KeyboardInterrupt handler and
-    die mid-task in a way the pool's shutdown then waits on for ever."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 def _results(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
     if workers <= 1:
         yield from map(_work, jobs)
         return
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals) as pool:
         try:
             yield from pool.map(_work, jobs)
         except BaseException:

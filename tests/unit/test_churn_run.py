@@ -210,12 +210,13 @@ def test_violations_name_their_peers_and_the_events_behind_them(tmp_path):
     assert [(e["verb"], e["line"]) for e in bad[0]["events"]] == [("partition", 2), ("heal", 2)]
 
 
-def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path, jobs):
     a = write(tmp_path, "a.churn", "from 0s to 10s join 50%\nat 30s crash 1\nat 50s stop")
     b = write(tmp_path, "b.churn", "from 0s to 10s join 50%\nat 30s leave 2\nat 50s stop")
     overrides = [f'campaign.scripts=["{a}", "{b}"]', "campaign.seeds=[1, 2]", "churn.settle_s=15"]
     spec, _ = load_spec(None, overrides, defaults=SMALL)
-    folder, result = run_campaign(spec, out=tmp_path / "campaign")
+    folder, result = run_campaign(spec, out=tmp_path / "campaign", jobs=jobs)
     assert result["status"] == "complete" and result["runs"] == 4
     assert [r["run"] for r in result["rows"]] == ["a-s1", "a-s2", "b-s1", "b-s2"]
     assert (
