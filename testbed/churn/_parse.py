@@ -441,15 +441,18 @@ def parse_churn(text: str, source: str = "<churn>") -> list[Statement]:
     return statements
 
 
-def read_churn(path: str | Path) -> list[Statement]:
-    """Parse a .churn file."""
-    path = Path(path)
+def read_text(path: str | Path, what: str) -> str:
+    """A user's text file, or an InputError that names it (`what`: "churn script")."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError("no such churn script", source=str(path)) from None
+        raise InputError(f"no such {what}", source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read it: {exc.strerror or exc}", source=str(path)) from None
-    return parse_churn(text, str(path))
+
+
+def read_churn(path: str | Path) -> list[Statement]:
+    """Parse a .churn file."""
+    return parse_churn(read_text(path, "churn script"), str(path))

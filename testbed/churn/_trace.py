@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.churn._compile import Event, Schedule
+from testbed.churn._parse import read_text
 from testbed.errors import InputError
 
 __all__ = ["read_trace", "trace_schedule"]
@@ -76,13 +77,5 @@ def trace_schedule(
 
 
 def read_trace(path: str | Path, names: Sequence[str], *, down: str = "leave") -> Schedule:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such availability trace", source=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror or exc}", source=str(path)) from None
+    text = read_text(path, "availability trace")
     return trace_schedule(text, names, down=down, source=str(path))
