@@ -698,7 +698,8 @@ def campaign(
                 return
             err_console.print(
                 f"  {row['run']}: {row['status']}, {row['events_applied']} events, "
-                f"{row['violations']} violation(s), {row['wall_s']:.0f} s"
+                f"{row['violations']} violation(s) after quiet periods, "
+                f"{row['violations_unsettled']} in unsettled checks, {row['wall_s']:.0f} s"
             )
 
         folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs)
@@ -711,7 +712,8 @@ def campaign(
         return "-" if value is None else f"{value:g}{unit}"
 
     table = Table(title=f"campaign {spec.name} ({spec.engine})")
-    for col in ("run", "status", "events", "violations", "repair p50/p99 s", "late p50/p99 ms"):
+    columns = ("run", "status", "events", "violations", "unsettled", "repair p50/p99 s")
+    for col in (*columns, "late p50/p99 ms"):
         table.add_column(col, justify="left" if col in ("run", "status") else "right")
     for row in result["rows"]:
         table.add_row(
@@ -719,6 +721,7 @@ def campaign(
             row["status"],
             str(row["events_applied"]),
             str(row["violations"]),
+            f"{row['violations_unsettled']} ({row['checks_unsettled']}/{row['checks']} checks)",
             f"{pq(row['repair_s'], 'p50')} / {pq(row['repair_s'], 'p99')}",
             f"{pq(row['lateness_ms'], 'p50')} / {pq(row['lateness_ms'], 'p99')}",
         )
@@ -728,6 +731,7 @@ def campaign(
         result["status"],
         str(result["events_applied"]),
         str(result["violations"]),
+        str(result["violations_unsettled"]),
         f"{pq(result['repair_s'], 'p50')} / {pq(result['repair_s'], 'p99')}",
         f"{pq(result['lateness_ms'], 'p50')} / {pq(result['lateness_ms'], 'p99')}",
     )
@@ -735,8 +739,12 @@ def campaign(
     for bad in result["violating_checks"][:10]:
         peers = sorted({p for v in bad["first"] for p in v["peers"]})
         lines = sorted({e["line"] for e in bad["events"]})
+        unsettled = "" if bad["settled"] else f" (unsettled: quiet {bad['quiet_s']} s"
+        if bad["departing"]:
+            unsettled += f", still leaving: {', '.join(bad['departing'][:8])}"
         err_console.print(
-            f"  [red]{bad['run']} {bad['check']}[/]: {bad['by_kind']} peers {', '.join(peers[:8])}"
+            f"  [red]{bad['run']} {bad['check']}[/]{unsettled + ')' if unsettled else ''}: "
+            f"{bad['by_kind']} peers {', '.join(peers[:8])}"
             f"; events since the last clean check: script lines {lines}"
         )
     print(folder)

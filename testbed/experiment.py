@@ -38,7 +38,7 @@ from node.can.overlay import CanConfig
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
-from testbed.churn._execute import ChurnEngine, Executor
+from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.errors import InputError
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
@@ -62,6 +62,7 @@ class Engine(ChurnEngine, Protocol):
     def start(self, host: int, point: tuple[float, ...]) -> None: ...
     def join(self, host: int, bootstraps: list[int]) -> None: ...
     def dumps(self) -> list[dict[str, Any]]: ...
+    def hosts_of(self, ids: set[int]) -> dict[int, int]: ...  # overlay ids -> hosts (known ones)
     def members(self) -> list[int]: ...
     def finish(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
@@ -177,7 +178,10 @@ def run_experiment(
     status = "interrupted"
 
     def check(
-        label: str, number: int, skip: frozenset[int] | set[int] = frozenset()
+        label: str,
+        number: int,
+        skip: frozenset[int] | set[int] = frozenset(),
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         dumps = engine.dumps()
         if skip:  # frozen peers answer nothing real (the emulator does not ask them)
@@ -188,8 +192,9 @@ def run_experiment(
             expected_members=[names[h] for h in sorted(expected)],
             routes=spec.routes_checked,
             seed=spec.seed + number,
+            hosts_of=lambda ids: {i: names[h] for i, h in engine.hosts_of(ids).items()},
         )
-        result = {"phase": label, "t": round(engine.now, 3), **report.to_dict()}
+        result = {"phase": label, "t": round(engine.now, 3), **(extra or {}), **report.to_dict()}
         if involved is not None and report.violations:
             # What happened since the last clean check to the peers involved (and the network).
             result["events"] = involved({p for v in report.violations for p in v.peers})
@@ -232,8 +237,14 @@ def run_experiment(
             expected = executor.expected
             involved = executor.involved
 
-            def quiet(t: float) -> None:
-                if not check(f"quiet@{t:.1f}s", len(checks), executor.frozen)["violations"]:
+            def quiet(at: Quiet) -> None:
+                extra = {
+                    "quiet_s": at.quiet_s,
+                    "settled": at.settled,
+                    "departing": [names[h] for h in at.departing],
+                }
+                label = f"quiet@{at.t:.1f}s"
+                if not check(label, len(checks), executor.frozen, extra)["violations"]:
                     executor.recent.clear()
 
             try:

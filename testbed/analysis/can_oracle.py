@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,7 @@ def check_can(
     expected_members: Iterable[str] | None = None,
     routes: int = 2000,
     seed: int = 0,
+    hosts_of: Callable[[set[int]], Mapping[int, str]] | None = None,
 ) -> CanReport:
     """Check every invariant on the dumps of the live peers (see the module comment).
 
@@ -81,6 +82,8 @@ def check_can(
         dumps: Peer.dump() of every live peer, each with a "host" name.
         expected_members: hosts that should be members (default: every dumped peer).
         routes: how many (source, random point) routes to check.
+        hosts_of: names the hosts that had ids no live member has (a table's
+            ghosts), so that a violation names the departed peer too.
     """
     violations: list[Violation] = []
     expected = set(expected_members) if expected_members is not None else {d["host"] for d in dumps}
@@ -152,6 +155,8 @@ def check_can(
             )
         )
 
+    all_ghosts = {nb["id"] for d in members for nb in d["neighbors"]} - by_id.keys()
+    ghost_names = dict(hosts_of(all_ghosts)) if hosts_of is not None and all_ghosts else {}
     for i, d in enumerate(members):
         table = {nb["id"]: nb for nb in d["neighbors"]}
         known = {by_id[t] for t in table if t in by_id}
@@ -162,8 +167,9 @@ def check_can(
             violations.append(
                 Violation(
                     "neighbor-ghost",
-                    [names[i]],
-                    f"table lists {len(ghosts)} id(s) of no live member",
+                    [names[i], *sorted({ghost_names[t] for t in ghosts if t in ghost_names})],
+                    f"table lists {len(ghosts)} id(s) of no live member: "
+                    + ", ".join(f"{t} ({ghost_names.get(t, 'unknown host')})" for t in ghosts),
                 )
             )
         if missing:

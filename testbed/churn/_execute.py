@@ -10,10 +10,21 @@
 #   the cost of the action itself (starting a process, a control round trip).
 #   Latency changes edit one current matrix (the frame's, plus overrides) and
 #   load it whole: one control call however many pairs change.
+#
+#   Quiet means quiet for the system, not only for the script: a graceful
+#   leave is a protocol that may retry for a while (and end abruptly), so a
+#   quiet period starts when the last event is applied *and* every peer asked
+#   to leave has gone. The check comes settle_s after that, or `reserve_s`
+#   before the next event if that is sooner. A check that a departure pushed
+#   into less quiet than the script left room for (min(settle_s, the gap less
+#   reserve_s)) says it is unsettled, and the campaign counts its violations
+#   apart from those found after a full quiet period.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,7 +33,10 @@ from testbed.analysis.stats import quantiles
 from testbed.churn._compile import Event, Schedule
 from testbed.runs import JsonLog
 
-__all__ = ["ChurnEngine", "Executor"]
+__all__ = ["ChurnEngine", "Executor", "Quiet"]
+
+# How often a quiet period looks whether the peers asked to leave have gone.
+DEPARTURE_POLL_S = 0.5
 
 
 class ChurnEngine(Protocol):
@@ -37,6 +51,18 @@ class ChurnEngine(Protocol):
     def partition(self, groups: list[list[int]]) -> None: ...
     def heal(self) -> None: ...
     def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
+    def departing(self) -> list[int]: ...  # asked to leave and still running
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A check point: when, how long the system had been quiet, and whether that
+    was the full settle_s (else the next event came first)."""
+
+    t: float
+    quiet_s: float
+    settled: bool
+    departing: tuple[int, ...] = ()  # still leaving when the check had to happen
 
 
 class Executor:
@@ -68,27 +94,53 @@ class Executor:
         self.applied = 0
         self.recent: list[dict[str, Any]] = []  # applied since the last clean check
 
-    def run(self, settle_s: float, check: Callable[[float], None]) -> None:
+    def run(self, settle_s: float, check: Callable[[Quiet], None], reserve_s: float = 1.0) -> None:
         timeline: list[tuple[float, int, int, Event | None]] = []
         stop = next((e.t for e in self.schedule.events if e.verb == "stop"), None)
-        for k, t in enumerate(self.schedule.quiet_periods(settle_s)):
+        for k, t in enumerate(self.schedule.quiet_periods(settle_s, reserve_s)):
             if stop is None or t <= stop:
                 timeline.append((t, 0, k, None))  # a check before an event due at the same time
         for k, event in enumerate(self.schedule.events):
             timeline.append((event.t, 1, k, event))
         timeline.sort(key=lambda entry: entry[:3])
-        for t, _, _, event in timeline:
-            self.engine.advance(t)
+        last_event_t = 0.0
+        for n, (t, _, _, event) in enumerate(timeline):
             if event is None:
-                check(t)
-            elif event.verb == "stop":
+                following = next((e.t for _, _, _, e in timeline[n + 1 :] if e is not None), None)
+                latest = math.inf if following is None else following - reserve_s
+                check(self._quiet(last_event_t, settle_s, latest))
+                continue
+            self.engine.advance(t)
+            if event.verb == "stop":
                 if self._log is not None:  # the end, not an action: not counted
                     self._log.write(
                         "stop", due_t=event.t, applied_t=round(self.engine.now, 6), line=event.line
                     )
                 return
-            else:
-                self._apply(event)
+            self._apply(event)
+            last_event_t = self.engine.now
+
+    def _quiet(self, last_event_t: float, settle_s: float, latest: float) -> Quiet:
+        """From the last event on, wait until the peers asked to leave have gone,
+        then settle_s more (not past `latest`)."""
+        since = last_event_t
+        departing = set(self.engine.departing())
+        while departing and self.engine.now < latest:
+            self.engine.advance(min(self.engine.now + DEPARTURE_POLL_S, latest))
+            still = set(self.engine.departing())
+            if still != departing:
+                since = max(since, self.engine.now)  # one went (to within the poll)
+            departing = still
+        if not departing:
+            self.engine.advance(min(since + settle_s, latest))
+        quiet_s = self.engine.now - since
+        planned_s = min(settle_s, latest - last_event_t)  # what the script leaves room for
+        return Quiet(
+            round(self.engine.now, 6),
+            round(quiet_s, 3),
+            not departing and quiet_s >= planned_s - 1e-6,
+            tuple(sorted(departing)),
+        )
 
     def summary(self) -> dict[str, Any]:
         """Actions are counted one per host for host verbs (a join of 8 is 8 actions)."""

@@ -93,6 +93,7 @@ class EmuEngine:
             self._incarnation: dict[int, int] = {}
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
+            self._leaving: set[int] = set()  # asked to leave, process still running
             self._pool = ThreadPoolExecutor(8)
             self._t0 = time.monotonic()
         except BaseException:
@@ -137,9 +138,16 @@ class EmuEngine:
     def leave(self, host: int) -> None:
         if host in self._procs:
             self._ask(host, "leave")
+            self._leaving.add(host)
+
+    def departing(self) -> list[int]:
+        """Peers asked to leave whose process has not exited yet."""
+        self._reap()
+        return sorted(self._leaving)
 
     def crash(self, host: int) -> None:
         proc = self._procs.pop(host, None)
+        self._leaving.discard(host)
         if proc is None:
             return
         # No control round trip first (a burst of crashes must be quick, and a
@@ -254,6 +262,7 @@ class EmuEngine:
             code = proc.poll()
             if code is not None:
                 del self._procs[host]
+                self._leaving.discard(host)
                 if code != 0:
                     raise EmulationError(
                         f"peer {self._name(host)} exited with status {code}; see {proc.stderr_path}"
@@ -261,6 +270,7 @@ class EmuEngine:
 
     def _stop(self, host: int) -> None:
         proc = self._procs.pop(host, None)
+        self._leaving.discard(host)
         if proc is not None:
             proc.terminate(grace_s=5.0)
 
@@ -271,6 +281,18 @@ class EmuEngine:
             stats.extend(json.loads(line)["stats"] for line in lines if '"kind":"exit"' in line)
         minutes = sum(s["uptime_s"] for s in stats) / 60
         return round(sum(s["tx"] for s in stats) / minutes, 2) if minutes > 0 else None
+
+    def hosts_of(self, ids: set[int]) -> dict[int, int]:
+        """The hosts that had these overlay ids (from the peers' logs)."""
+        found: dict[int, int] = {}
+        for host in range(len(self.wan.hosts)):
+            path = self.run_dir / "peers" / f"{self._name(host)}.jsonl"
+            if not ids - found.keys() or not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                if '"kind":"joined"' in line and (ident := json.loads(line)["id"]) in ids:
+                    found[ident] = host
+        return found
 
     def _crashed_id(self, host: int, wall: float) -> tuple[int | None, float]:
         """The id a crashed peer had: its log's last `joined` before the crash (None: not a member)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from node.can.overlay import Status
 from node.peer import NodeConfig
 from testbed.analysis.stats import quantiles
 from testbed.emu._plan import new_run_id, plan_network
@@ -29,6 +30,7 @@ class SimEngine:
         self.config = config
         self._log = (run_dir / "events.jsonl").open("w", encoding="utf-8")
         self._crashed_at: dict[int, float] = {}
+        self._id_host: dict[int, int] = {}  # every overlay id a peer has had -> its host
         self._repaired_at: dict[int, float] = {}
         self.graveyard: dict[
             int, tuple[float, Any]
@@ -51,7 +53,9 @@ class SimEngine:
 
     def _observe(self, host: int, record: dict[str, Any]) -> None:
         kind = record["kind"]
-        if kind == "crashed":
+        if kind == "joined":
+            self._id_host[record["id"]] = host
+        elif kind == "crashed":
             self._crashed_at[record["id"]] = record["t"]
             self._repaired_at.pop(record["id"], None)  # a takeover before the crash is no repair
         elif kind == "takeover":
@@ -108,6 +112,13 @@ class SimEngine:
 
     def members(self) -> list[int]:
         return sorted(h for h, p in self.sim.peers.items() if p.member)
+
+    def hosts_of(self, ids: set[int]) -> dict[int, int]:
+        """The hosts that had these overlay ids (those known)."""
+        return {i: self._id_host[i] for i in ids if i in self._id_host}
+
+    def departing(self) -> list[int]:
+        return sorted(h for h, p in self.sim.peers.items() if p.status == Status.LEAVING)
 
     def dumps(self) -> list[dict[str, Any]]:
         return self.sim.dump_all()

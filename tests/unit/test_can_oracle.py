@@ -146,6 +146,23 @@ def test_ghost_neighbour_unknown_id():
     report = check(dumps)
     assert report.by_kind() == {"neighbor-ghost": 1}
     assert only(report, "neighbor-ghost").peers == ["a"]
+    assert "999 (unknown host)" in only(report, "neighbor-ghost").detail
+
+
+def test_a_ghost_is_named_when_the_runner_knows_whose_id_it_was():
+    dumps = quarters()
+    dumps["a"]["neighbors"].append({"id": 999, "lo": [0, 0], "hi": [50, 0.5]})
+    asked: list[set[int]] = []
+
+    def hosts_of(ids):
+        asked.append(set(ids))
+        return {999: "h42"}
+
+    ghost = only(check(dumps, hosts_of=hosts_of), "neighbor-ghost")
+    assert ghost.peers == ["a", "h42"] and "999 (h42)" in ghost.detail
+    assert asked == [{999}]  # once per check, for the ghosts only
+    check(quarters(), hosts_of=hosts_of)
+    assert len(asked) == 1  # no ghosts: not asked
 
 
 def test_ghost_neighbour_that_is_dumped_but_not_a_member():

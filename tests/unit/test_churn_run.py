@@ -13,9 +13,9 @@ import pytest
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
-from testbed.campaign import run_campaign
+from testbed.campaign import _row, run_campaign
 from testbed.churn import Universe, compile_churn, parse_churn
-from testbed.churn._execute import Executor
+from testbed.churn._execute import Executor, Quiet
 from testbed.errors import InputError
 from testbed.experiment import run_experiment
 from testbed.linkmodel import LinkModel
@@ -29,16 +29,22 @@ NAMES = [f"h{k}" for k in range(1, 7)]
 class Recorder:
     """An engine that records the verbs it is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, leaving_s: float = 0.0) -> None:
         self.now = 0.0
         self.calls: list[tuple] = []
         self.matrices: list[np.ndarray] = []
+        self.leaving_s = leaving_s  # how long a peer asked to leave takes to go
+        self.gone_at: dict[int, float] = {}
+
+    def departing(self) -> list[int]:
+        return sorted(h for h, t in self.gone_at.items() if self.now < t)
 
     def advance(self, until: float) -> None:
         self.now = max(self.now, until)
 
     def leave(self, host: int) -> None:
         self.calls.append(("leave", host))
+        self.gone_at[host] = self.now + self.leaving_s
 
     def crash(self, host: int) -> None:
         self.calls.append(("crash", host))
@@ -63,14 +69,14 @@ class Recorder:
         self.calls.append(("loss", rate, src, dst))
 
 
-def execute(script: str, frames=None):
+def execute(script: str, frames=None, leaving_s: float = 0.0):
     schedule = compile_churn(parse_churn(script), Universe(NAMES, frames=18), seed=1)
-    engine = Recorder()
+    engine = Recorder(leaving_s)
     base = np.full((6, 6), 0.010)
     np.fill_diagonal(base, 0.0)
     joined: list[int] = []
     executor = Executor(schedule, engine, NAMES, base, join=joined.append, frames=frames)
-    checks: list[float] = []
+    checks: list[Quiet] = []
     executor.run(5.0, checks.append)
     return executor, engine, joined, checks
 
@@ -99,11 +105,39 @@ def test_the_executor_drives_every_verb_in_order():
         ("loss", 0.0, [3], [0]),
         ("leave", 3),
     ]
-    assert checks == [5, 19, 24, 29, 35, 48, 55]  # quiet periods, 1 s before the next event at most
+    # Quiet periods, 1 s before the next event at most; all as quiet as the script allows.
+    assert [c.t for c in checks] == [5, 19, 24, 29, 35, 48, 55]
+    assert [c.quiet_s for c in checks] == [5, 5, 4, 4, 5, 5, 5]
+    assert all(c.settled and not c.departing for c in checks)
     assert executor.expected == {0, 1}
     summary = executor.summary()
     assert summary["events_applied"] == summary["events_scheduled"] == 15
     assert summary["lateness_ms"]["max"] == 0.0
+
+
+def test_a_quiet_period_starts_when_the_leavers_have_gone():
+    # Leaves that take 3 s: the check waits for them, then settles 5 s.
+    _, _, _, checks = execute(
+        "at 0s join h1,h2,h3\nat 10s leave h2\nat 30s leave h3\nat 37s crash h1", leaving_s=3.0
+    )
+    assert [(c.t, c.quiet_s, c.settled) for c in checks] == [
+        (5, 5, True),
+        (18, 5, True),
+        (36, 3, False),
+        (42, 5, True),
+    ]
+    # ...the second leave leaves only 6 s before the next event: the check is
+    # 1 s before it, 3 s after h3 went (less than the 6 s the script left room for).
+    assert checks[2].departing == ()
+    _, _, _, slow = execute("at 0s join h1,h2\nat 10s leave h2\nat 14s crash h1", leaving_s=9.0)
+    # No room between the leave and the crash; after the crash, the check waits for h2 (gone at 19).
+    assert [(c.t, c.settled, c.departing) for c in slow] == [(5, True, ()), (24, True, ())]
+    _, _, _, stuck = execute("at 0s join h1,h2\nat 10s leave h2\nat 30s crash h1", leaving_s=60.0)
+    assert [(c.t, c.settled, c.departing) for c in stuck] == [
+        (5, True, ()),
+        (29, False, (1,)),  # h2 still leaving when the crash is due
+        (75, True, ()),  # after the crash: h2 went at 70
+    ]
 
 
 def test_latency_is_an_rtt_both_ways_and_comes_back_to_the_frame():
@@ -186,8 +220,13 @@ def test_a_run_under_a_script_checks_after_each_quiet_period(tmp_path):
     assert summary["churn"]["lateness_ms"]["max"] == 0.0  # virtual time is never late
     checks = summary["invariants"]["by_check"]
     assert [c["phase"] for c in checks] == [
-        "quiet@30.1s", "quiet@55.0s", "quiet@77.0s", "quiet@115.0s", "quiet@135.0s",
+        "quiet@30.1s", "quiet@55.0s", "quiet@77.0s", "quiet@115.0s", "quiet@140.0s",
     ]  # fmt: skip
+    # The last check waited for the churn's leavers to go (within a poll), then 15 s.
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    gone = max(e["t"] for e in events if e["kind"] == "left")
+    assert 120 < gone <= 125 and checks[-1]["t"] - 15 - gone < 0.5
+    assert all(c["settled"] and c["quiet_s"] == 15 for c in checks), checks
     assert summary["invariants"]["violations"] == 0, checks  # a 2 s partition is below suspicion
     assert [c["members"] for c in checks] == [18, 16, 16, 16, 16]
     applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
@@ -222,11 +261,34 @@ def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path, jobs):
     assert (
         result["events_applied"] == 4 * 12 + 2 * 1 + 2 * 2
     )  # joins, crashes, leaves (stops are no action)
-    assert result["violations"] == 0
+    assert result["violations"] == result["violations_unsettled"] == 0
+    assert all(r["checks"] == 2 and r["checks_unsettled"] == 0 for r in result["rows"])
     assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
     assert result["lateness_ms"]["p99"] == 0.0
     assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
     assert (folder / "campaign.png").stat().st_size > 10_000
+
+
+def test_a_campaign_counts_unsettled_checks_apart(tmp_path):
+    # A run folder as run_experiment leaves it: one check after a full quiet
+    # period, one that a slow leave pushed into less (its leaver still going).
+    run_dir = tmp_path / "x-s1"
+    run_dir.mkdir()
+    (run_dir / "applied.jsonl").write_text('{"kind": "leave", "lateness_ms": 0.0}\n')
+    first = [{"kind": "gap", "peers": ["h1"], "detail": ""}]
+    checks = [
+        {"phase": "quiet@30.0s", "t": 30.0, "violations": 2, "by_kind": {"gap": 2}, "first": first,
+         "settled": True, "quiet_s": 30.0, "departing": []},
+        {"phase": "quiet@89.0s", "t": 89.0, "violations": 5, "by_kind": {"gap": 5}, "first": first,
+         "settled": False, "quiet_s": 0.0, "departing": ["h7"]},
+    ]  # fmt: skip
+    summary = {"status": "complete", "wall_s": 1.0, "churn": {"events_applied": 1},
+               "invariants": {"violations": 7, "checked_at": [30.0, 89.0], "by_check": checks}}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    violating: list[dict] = []
+    row = _row(run_dir, "x.churn", 1, [], [], violating, {"crashes": 0, "unrepaired": 0})
+    assert (row["violations"], row["violations_unsettled"], row["checks_unsettled"]) == (2, 5, 1)
+    assert [(v["settled"], v["departing"]) for v in violating] == [(True, []), (False, ["h7"])]
 
 
 def test_a_bad_script_stops_a_campaign_before_any_run(tmp_path):
