@@ -17,11 +17,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.can.overlay import CanConfig, CanOverlay, Status
+from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
-from node.events import Event
-from node.wire import DROP_REASONS, Codec, Message, Ping, Pong, ReplayWindow, WireError
+from node.events import Event, RttMeasured
+from node.wire import (
+    DROP_REASONS,
+    ClusterBeat,
+    Codec,
+    Confirm,
+    Message,
+    Ping,
+    Pong,
+    Release,
+    ReplayWindow,
+    Roster,
+    RttReport,
+    Solicit,
+    SolicitAnswer,
+    WireError,
+)
 
 __all__ = ["Address", "NodeConfig", "Peer"]
+
+_CLUSTER_MESSAGES = (Solicit, SolicitAnswer, Roster, RttReport, Confirm, Release, ClusterBeat)
 
 Address = tuple[str, int]
 
@@ -37,6 +55,7 @@ class NodeConfig:
     can: CanConfig
     grid_key: bytes | None = None  # shared HMAC key; None: unauthenticated grid
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    cluster: ClusterConfig | None = None  # None: the peer takes no part in dynamic clusters
 
 
 class Peer:
@@ -76,8 +95,18 @@ class Peer:
             config.probe,
             rng=lambda: random.Random(rng.getrandbits(64)),
             send=self._send,
-            emit=self._events.append,
+            emit=self._probe_event,
         )
+        self.cluster: ClusterAgent | None = None
+        self._cluster_rtts: deque[RttMeasured] = deque()  # theirs, handed over after each input
+        if config.cluster is not None:
+            self.cluster = ClusterAgent(
+                config.cluster,
+                address=self.address,
+                rng=random.Random(rng.getrandbits(64)),
+                send=self._send,
+                measure=lambda addr, samples, now: self.prober.request(0, addr, now, samples),
+            )
 
     # -- inputs --------------------------------------------------------------------------------------
 
@@ -106,8 +135,15 @@ class Peer:
         elif isinstance(message, Pong):
             self.prober.handle_pong(message, now, rx_at)
             problem = None
+        elif isinstance(message, _CLUSTER_MESSAGES):
+            problem = (
+                "no cluster agent"
+                if self.cluster is None
+                else self.cluster.handle_message(source, message, now)
+            )
         else:
             problem = self.can.handle_message(sender, source, message, now)
+        self._hand_over_rtts(now)
         if problem is not None:
             self.counters["drop.invalid"] += 1
             return
@@ -118,14 +154,28 @@ class Peer:
         """Run whatever is due at `now` (early or repeated calls are harmless)."""
         self.can.handle_timer(now)
         self.prober.handle_timer(now)
+        if self.cluster is not None:
+            self.cluster.handle_timer(now)
+        self._hand_over_rtts(now)
 
     def join(self, bootstraps: Sequence[Address], now: float) -> None:
         """Join the overlay through one of `bootstraps` (none: start a new overlay)."""
         self.can.join([(str(h), int(p)) for h, p in bootstraps], now)
 
     def leave(self, now: float) -> None:
-        """Leave gracefully (the overlay merges our zone into our neighbours')."""
+        """Leave gracefully (the overlay merges our zone into our neighbours'; our
+        cluster members are released and our heads told)."""
+        if self.cluster is not None:
+            self.cluster.leave(now)
         self.can.leave(now)
+
+    def set_cluster_candidates(self, candidates: Sequence[Address], now: float) -> None:
+        """The first approximation of our cluster (DTM's clustering): who to
+        solicit, nearest first. Starts the head and the client."""
+        if self.cluster is None:
+            raise ValueError("this peer has no cluster configuration")
+        self.cluster.set_candidates([(str(h), int(p)) for h, p in candidates], now)
+        self._hand_over_rtts(now)
 
     def measure_rtt(
         self, target: int, addr: Address, now: float, samples: int | None = None
@@ -143,12 +193,33 @@ class Peer:
 
     def get_timer(self) -> float | None:
         """The earliest deadline at which handle_timer() must run, or None."""
-        deadlines = [t for t in (self.can.get_timer(), self.prober.get_timer()) if t is not None]
+        timers = (
+            self.can.get_timer(),
+            self.prober.get_timer(),
+            self.cluster.get_timer() if self.cluster is not None else None,
+        )
+        deadlines = [t for t in timers if t is not None]
         return min(deadlines) if deadlines else None
 
     def next_event(self) -> Event | None:
         """The next event, or None once drained (mutating)."""
         return self._events.popleft() if self._events else None
+
+    def _probe_event(self, event: Event) -> None:
+        if (
+            isinstance(event, RttMeasured)
+            and self.cluster is not None
+            and self.cluster.owns(event.request)
+        ):
+            self._cluster_rtts.append(event)  # not now: the prober may be mid-call for the agent
+        else:
+            self._events.append(event)
+
+    def _hand_over_rtts(self, now: float) -> None:
+        while self._cluster_rtts:
+            event = self._cluster_rtts.popleft()
+            assert self.cluster is not None
+            self.cluster.handle_rtt(event.request, event.rtts, now)
 
     def _send(self, addr: Address, message: Message) -> None:
         self._seq += 1
@@ -187,7 +258,10 @@ class Peer:
 
     def dump(self) -> dict[str, Any]:
         """State for the oracle and for humans (JSON-ready)."""
-        return {**self.can.dump(), "counters": self.stats()}
+        out = {**self.can.dump(), "counters": self.stats()}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.dump()
+        return out
 
     def stats(self) -> dict[str, int]:
         """Datagram counters: rx, accepted, drop.<reason> for every reason, tx, bytes, per message type."""

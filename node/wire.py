@@ -30,11 +30,17 @@ from collections import OrderedDict
 import msgspec
 
 __all__ = [
+    "ANSWER_ACCEPT",
+    "ANSWER_DEFER",
+    "ANSWER_DENY",
     "DROP_REASONS",
     "MAX_DATAGRAM_BYTES",
     "PROTOCOL_VERSION",
+    "ClusterBeat",
     "Codec",
     "Commit",
+    "Confirm",
+    "Endpoint",
     "Evicted",
     "JoinAccept",
     "JoinAck",
@@ -50,7 +56,12 @@ __all__ = [
     "ProbeReply",
     "Propose",
     "ProposeOK",
+    "Release",
     "ReplayWindow",
+    "Roster",
+    "RttReport",
+    "Solicit",
+    "SolicitAnswer",
     "Tombstone",
     "Update",
     "WireError",
@@ -252,6 +263,68 @@ class Pong(msgspec.Struct, tag=14, array_like=True, frozen=True):
     held_us: int = 0
 
 
+# -- dynamic clusters (seed 002 §5.1.4; node/cluster/agent.py) -------------------------------------
+#
+# A head's round has an epoch (it counts the head's rounds); a client ignores
+# anything from a head older than the epoch it knows.
+
+ANSWER_ACCEPT = 1
+ANSWER_DENY = 2  # before committing: not now (Algorithm 3 bumped it); after: I withdraw
+ANSWER_DEFER = 3  # busy measuring: solicit me again later
+
+
+class Endpoint(msgspec.Struct, array_like=True, frozen=True):
+    host: str
+    port: int
+
+
+class Solicit(msgspec.Struct, tag=15, array_like=True, frozen=True):
+    """A head asks a client to join its cluster; sent again as an update of the
+    greedy criterion's figures (the client then only re-ranks)."""
+
+    epoch: int
+    ceiling: int  # solicited less denied, the head included
+    accepted: int
+
+
+class SolicitAnswer(msgspec.Struct, tag=16, array_like=True, frozen=True):
+    epoch: int
+    answer: int  # ANSWER_*
+
+
+class Roster(msgspec.Struct, tag=17, array_like=True, frozen=True):
+    """The head's unfiltered cluster (head first): measure the RTT to every member."""
+
+    epoch: int
+    members: tuple[Endpoint, ...]
+
+
+class RttReport(msgspec.Struct, tag=18, array_like=True, frozen=True):
+    """The client's RTTs to the roster's members, in roster order; -1: no answer."""
+
+    epoch: int
+    rtts_us: tuple[int, ...]
+
+
+class Confirm(msgspec.Struct, tag=19, array_like=True, frozen=True):
+    """You are in the head's job-ready cluster (head first); sent again when it shrinks."""
+
+    epoch: int
+    members: tuple[Endpoint, ...]
+
+
+class Release(msgspec.Struct, tag=20, array_like=True, frozen=True):
+    """You are not (or no longer) in the head's cluster."""
+
+    epoch: int
+
+
+class ClusterBeat(msgspec.Struct, tag=21, array_like=True, frozen=True):
+    """Liveness between a head and its committed clients, both ways."""
+
+    epoch: int
+
+
 Message = (
     Update
     | JoinRequest
@@ -267,6 +340,13 @@ Message = (
     | Lookup
     | Ping
     | Pong
+    | Solicit
+    | SolicitAnswer
+    | Roster
+    | RttReport
+    | Confirm
+    | Release
+    | ClusterBeat
 )
 
 

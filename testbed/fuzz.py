@@ -28,8 +28,11 @@ from typing import Any
 
 from node import wire
 from node.wire import (
+    ClusterBeat,
     Codec,
     Commit,
+    Confirm,
+    Endpoint,
     Evicted,
     JoinAccept,
     JoinAck,
@@ -45,6 +48,11 @@ from node.wire import (
     ProbeReply,
     Propose,
     ProposeOK,
+    Release,
+    Roster,
+    RttReport,
+    Solicit,
+    SolicitAnswer,
     Tombstone,
     Update,
 )
@@ -103,6 +111,12 @@ def _info(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> Pe
     )
 
 
+def _endpoints(rng: random.Random) -> tuple[Endpoint, ...]:
+    """Members of a roster or confirmation: plausible, empty, or too many."""
+    count = rng.choice([0, 1, 5, 64, 2000])
+    return tuple(Endpoint(f"10.0.{k // 250}.{k % 250 + 1}", 7000) for k in range(count))
+
+
 def random_message(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> Message:
     """A message of a random type with random, often absurd, contents."""
     info = _info(rng, dims, space)
@@ -130,6 +144,15 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: Lookup(small, _vector(rng, dims, space), info, rng.randrange(0, 1000)),
         lambda: Ping(small),
         lambda: Pong(small),
+        lambda: Solicit(small, rng.choice([0, 64, -1, small]), rng.choice([0, 3, -5])),
+        lambda: SolicitAnswer(small, rng.randrange(-1, 5)),
+        lambda: Roster(small, _endpoints(rng)),
+        lambda: RttReport(
+            small, tuple(rng.choice([-1, 0, 7, small]) for _ in range(rng.choice([0, 3, 64])))
+        ),
+        lambda: Confirm(small, _endpoints(rng)),
+        lambda: Release(small),
+        lambda: ClusterBeat(small),
     ]
     return rng.choice(factories)()
 

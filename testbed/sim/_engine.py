@@ -145,6 +145,12 @@ class Simulator:
             peer.leave(self.now)
             self._after(host)
 
+    def set_cluster_candidates(self, host: int, candidates: Sequence[int]) -> None:
+        """Give the peer at `host` its first-approximation cluster (hosts, nearest first)."""
+        peer = self.peers[host]
+        peer.set_cluster_candidates([self.addresses[c] for c in candidates], self.now)
+        self._after(host)
+
     def measure_rtt(self, host: int, target: int, samples: int | None = None) -> int | None:
         """Have the peer at `host` measure RTTs to the peer at `target` (reported
         as an "rtt" event with target = the target's host index)."""

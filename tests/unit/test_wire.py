@@ -63,6 +63,13 @@ MESSAGES = [
     Lookup(1, (1.0, 2.0, 0.5), INFO, 0),
     Ping(1 << 62),
     Pong(1 << 62),
+    wire.Solicit(3, 64, 12),
+    wire.SolicitAnswer(3, wire.ANSWER_DEFER),
+    wire.Roster(3, (wire.Endpoint("10.0.0.3", 7000), wire.Endpoint("10.0.0.4", 7000))),
+    wire.RttReport(3, (0, 8, -1)),
+    wire.Confirm(3, (wire.Endpoint("10.0.0.3", 7000),)),
+    wire.Release(3),
+    wire.ClusterBeat(3),
 ]
 
 
