@@ -153,7 +153,6 @@ def test_a_clustering_peer_survives_hostile_cluster_messages():
     # head and members, in the middle of a round: never an exception; what
     # breaks a rule is counted as invalid; the clusters stay accurate.
     from node.wire import Codec
-
     from testbed.fuzz import random_message
 
     rtt = grid(12, 1)
