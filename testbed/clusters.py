@@ -13,23 +13,35 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tomli_w
 
+from node.can.geometry import Dimension, Space
+from node.can.overlay import CanConfig
 from node.cluster import static_clustering
-from node.cluster.refine import refine
+from node.cluster.agent import ClusterConfig
+from node.cluster.refine import candidate_clusters, refine
+from node.coord.probe import ProbeConfig
+from node.peer import NodeConfig
 from testbed.analysis.clusters import cluster_quality
 from testbed.analysis.stats import quantiles
+from testbed.emu._plan import new_run_id, plan_network
 from testbed.errors import InputError
+from testbed.linkmodel import LinkModel
 from testbed.predict import Noise, predict_dtm
 from testbed.runs import new_run_dir, strip_none, write_json
+from testbed.sim import Simulator
 from testbed.spec import ClusterSpec
-from testbed.topology import load_topology
+from testbed.topology import Topology, load_topology
 
-__all__ = ["run_clusters"]
+__all__ = ["refine_distributed", "run_clusters"]
+
+# How often the simulated run looks whether every peer is STEADY.
+CONVERGED_POLL_S = 1.0
 
 
 def run_clusters(
@@ -68,22 +80,33 @@ def run_clusters(
         noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
         predicted, probes = predict_dtm(rtt, spec.prediction, spec.seed, noise)
         predict_s = time.monotonic() - started
-        say("refinement")
-        refined = refine(
-            predicted,
-            truth,
-            spec.diameter_ms,
-            spec.size,
-            memberships,
-            criterion=spec.criterion,
-            rng=random.Random(f"{spec.seed}/refine"),
-            aggregate=spec.aggregate,
-        )
-        advertised["DYN"] = refined.filtered
-        advertised["DYN-SYM"] = refined.symmetric
+        rng = random.Random(f"{spec.seed}/refine")
+        if spec.refinement.mode == "serialized":
+            say("refinement (serialized)")
+            refined = refine(
+                predicted,
+                truth,
+                spec.diameter_ms,
+                spec.size,
+                memberships,
+                criterion=spec.criterion,
+                rng=rng,
+                aggregate=spec.aggregate,
+            )
+            advertised["DYN"] = refined.filtered
+            advertised["DYN-SYM"] = refined.symmetric
+            filtering = refined.measurements
+        else:
+            candidates = candidate_clusters(
+                predicted, spec.diameter_ms, spec.size, rng, spec.aggregate
+            )
+            dyn = refine_distributed(spec, topology, candidates, memberships, say)
+            advertised["DYN"], advertised["DYN-SYM"] = dyn.own, dyn.advertised
+            filtering = dyn.measured
+            figures["distributed"] = dyn.figures
         figures["measurements_per_peer"] = {
             "prediction": quantiles(probes.tolist()),
-            "filtering": quantiles(refined.measurements),
+            "filtering": quantiles(filtering),
         }
         figures["prediction_s"] = round(predict_s, 1)
         figures["refinement_s"] = round(time.monotonic() - started - predict_s, 1)
@@ -116,3 +139,84 @@ def run_clusters(
     }
     write_json(run_dir / "summary.json", summary)
     return run_dir, summary
+
+
+@dataclass
+class Distributed:
+    own: list[tuple[int, ...]]  # DYN: each peer's own job-ready cluster
+    advertised: list[tuple[int, ...]]  # DYN-SYM
+    measured: list[int]  # RTT measurements each peer made
+    figures: dict[str, Any]
+
+
+def refine_distributed(
+    spec: ClusterSpec,
+    topology: Topology,
+    candidates: list[tuple[int, ...]],
+    memberships: int,
+    say: Callable[[str], None],
+) -> Distributed:
+    """Every peer's cluster agent (seed 002 §5.1.4) in the simulator, each head
+    given its candidate cluster at a random moment of the first second; runs
+    until every peer is STEADY (or refinement.limit_s)."""
+    ref = spec.refinement
+    cluster = ClusterConfig(
+        diameter_ms=spec.diameter_ms,
+        size=spec.size,
+        memberships=memberships,
+        criterion=spec.criterion,
+        stable_s=ref.stable_s,
+        wait_s=ref.wait_s,
+        samples=ref.samples,
+    )
+    node = NodeConfig(
+        CanConfig(Space([Dimension("v", 0.0, 1.0, virtual=True)])),
+        probe=ProbeConfig(rate=2000.0, max_pending=4096),
+        cluster=cluster,
+    )
+    n = topology.n
+    plan = plan_network(n, new_run_id())
+    sim = Simulator(
+        LinkModel((topology.one_way_ms() / 1e3).tolist()),
+        seed=spec.seed,
+        ips=[h.ip for h in plan.hosts],
+    )
+    rng = random.Random(f"{spec.seed}/agents")
+    for host in range(n):
+        sim.start_peer(host, node, (rng.random(),))
+    for host in range(n):
+        sim.at(rng.random(), lambda h=host: sim.set_cluster_candidates(h, candidates[h][1:]))
+    wall0 = time.monotonic()
+
+    def settled() -> int:
+        return sum(
+            1
+            for p in sim.peers.values()
+            if p.cluster is not None
+            and p.cluster.head_state == p.cluster.client_state == "STEADY"
+            and not p.cluster.dump()["pending"]
+        )
+
+    while sim.now < ref.limit_s:
+        sim.run_until(sim.now + CONVERGED_POLL_S)
+        done = settled()
+        say(f"distributed refinement: t={sim.now:.0f} s, {done}/{n} peers STEADY")
+        if done == n and sim.now > 2 * ref.stable_s:
+            break
+    host = {a: k for k, a in enumerate(sim.addresses)}
+    peers = [sim.peers[h] for h in range(n)]
+    agents = [p.cluster for p in peers if p.cluster is not None]
+    tx = [p.counters["tx"] for p in peers]
+    return Distributed(
+        own=[tuple(sorted(host[a] for a in a_.own)) for a_ in agents],
+        advertised=[tuple(sorted(host[a] for a in a_.advertised())) for a_ in agents],
+        measured=[a_.counters["measured"] for a_ in agents],
+        figures={
+            "converged": settled() == n,
+            "steady_at_s": round(sim.now, 1),
+            "messages_per_peer": quantiles(tx),
+            "rounds_per_head": quantiles([a_.counters["rounds"] for a_ in agents]),
+            "datagrams": sim.stats["sent"],
+            "wall_s": round(time.monotonic() - wall0, 1),
+        },
+    )

@@ -467,6 +467,18 @@ def _default_prediction() -> DtmTechnique:
     return DtmTechnique(trees=9, tolerance=0.0)
 
 
+class RefinementSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """How DYN and DYN-SYM are refined: by every peer's agent over the network
+    (distributed, seed 002 §5.1.4, in the simulator) or as the serialized
+    reference of §5.1. Times in seconds of the run."""
+
+    mode: Literal["distributed", "serialized"] = "distributed"
+    stable_s: float = 5.0  # the thesis's 30 s, scaled: all candidates are known at once here
+    wait_s: float = 2.0
+    samples: int = 3  # RTT samples per measured pair
+    limit_s: float = 600.0  # give up (and say so) if not every peer is STEADY by then
+
+
 class ClusterSpec(msgspec.Struct, forbid_unknown_fields=True):
     """Clusterings side by side (docs/clusters.md): DYN and DYN-SYM from DTM's
     predictions and all-pairs measurements (seed 002 §5.1, serialized), and the
@@ -487,6 +499,7 @@ class ClusterSpec(msgspec.Struct, forbid_unknown_fields=True):
     )
     prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
     noise: NoiseSpec = msgspec.field(default_factory=NoiseSpec)
+    refinement: RefinementSpec = msgspec.field(default_factory=RefinementSpec)
 
     def clustering_names(self) -> list[str]:
         return [c.replace("{N}", str(self.size)) for c in self.clusterings]
@@ -505,6 +518,13 @@ def _check_cluster(spec: ClusterSpec, source: str) -> None:
         fail("memberships", f"must be at least 1, not {spec.memberships}")
     if spec.aggregate < 1:
         fail("aggregate", f"must be at least 1, not {spec.aggregate}")
+    ref = spec.refinement
+    for field in ("stable_s", "wait_s", "limit_s"):
+        value = getattr(ref, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(f"refinement.{field}", f"must be a positive number of seconds, not {value}")
+    if not 1 <= ref.samples <= 100:
+        fail("refinement.samples", f"must be an integer in 1..100, not {ref.samples}")
     for name in spec.clustering_names():
         if name.upper() in ("DYN", "DYN-SYM"):
             continue

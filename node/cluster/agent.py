@@ -192,6 +192,7 @@ class ClusterAgent:
         """Be a client from now on (WAIT)."""
         if self.client_state == "IDLE":
             self.client_state = "WAIT"
+            self._wait_until = now + self.config.wait_s
             self._beat_at = now + self.config.heartbeat_s
 
     def set_candidates(self, candidates: Sequence[Address], now: float) -> None:

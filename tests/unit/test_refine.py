@@ -111,6 +111,29 @@ def test_a_cluster_spec_reports_every_clustering(tmp_path):
     advertised = json.loads((run_dir / "clusters.json").read_text())
     assert len(advertised["DYN-SYM"]) == 300
     assert summary["measurements_per_peer"]["prediction"]["p50"] > 0
+    # The peers' agents ran the refinement over the (simulated) network and all settled.
+    distributed = summary["distributed"]
+    assert distributed["converged"] and distributed["messages_per_peer"]["p50"] > 0
+    assert summary["measurements_per_peer"]["filtering"]["max"] > 0
+
+
+def test_the_distributed_refinement_is_as_good_as_the_serialized_one(tmp_path):
+    # Same candidates and criterion; the distributed one sees solicitations in
+    # the order the network delivers them (a client that has answered defers
+    # late ones), so the clusters differ a little, not the properties.
+    results = {}
+    for mode in ("distributed", "serialized"):
+        spec, data = load_any_spec(None, [f'refinement.mode="{mode}"'], defaults=SMALL)
+        _, summary = run_clusters(spec, data, out=tmp_path / mode)
+        results[mode] = summary["clusters"]
+    for name in ("DYN", "DYN-SYM"):
+        ours, reference = results["distributed"][name], results["serialized"][name]
+        assert ours["accuracy"] == reference["accuracy"] == 1.0
+        assert ours["size_max"] <= 16 and ours["membership_max"] <= 16
+        assert (
+            abs(ours["peer_size_p50"] - reference["peer_size_p50"])
+            <= 0.2 * reference["peer_size_p50"]
+        )
 
 
 def test_the_bundled_cluster_spec_is_valid():
@@ -126,6 +149,9 @@ def test_the_bundled_cluster_spec_is_valid():
         ("size=1", "size"),
         ('clusterings=["DYN", "HALVES"]', "HALVES"),
         ('criterion="random"', "criterion"),
+        ("refinement.stable_s=0", "refinement.stable_s"),
+        ("refinement.samples=0", "refinement.samples"),
+        ('refinement.mode="magic"', "mode"),
     ],
 )
 def test_bad_cluster_specs_are_named(override, says):
