@@ -4,7 +4,8 @@
 #   {"grid_key": "<hex>" | null,
 #    "can": {"space": [{"name": "cpu", "lo": 0, "hi": 500, "virtual": false}, ...],
 #            "update_interval_s": 2.0, ...any other CanConfig field},
-#    "probe": {"samples": 5, ...any ProbeConfig field}}       (optional)
+#    "probe": {"samples": 5, ...any ProbeConfig field},      (optional)
+#    "cluster": {"diameter_ms": 0.2, ...any ClusterConfig field}}  (optional)
 #
 # Unknown fields are errors (a typo must not silently fall back to a default).
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
+from node.cluster.agent import ClusterConfig
 from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
 
@@ -29,6 +31,7 @@ class ConfigError(ValueError):
 
 _CAN_FIELDS = {f.name for f in dataclasses.fields(CanConfig)} - {"space"}
 _PROBE_FIELDS = {f.name for f in dataclasses.fields(ProbeConfig)}
+_CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterConfig)}
 
 
 def config_to_dict(config: NodeConfig) -> dict[str, Any]:
@@ -38,6 +41,7 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
         "grid_key": config.grid_key.hex() if config.grid_key else None,
         "can": can,
         "probe": dataclasses.asdict(config.probe),
+        "cluster": dataclasses.asdict(config.cluster) if config.cluster else None,
     }
 
 
@@ -47,9 +51,11 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
 
     if not isinstance(data, dict):
         raise fail("(top)", "expected a JSON object")
-    unknown = set(data) - {"grid_key", "can", "probe"}
+    unknown = set(data) - {"grid_key", "can", "probe", "cluster"}
     if unknown:
-        raise fail(", ".join(sorted(unknown)), "unknown field (expected grid_key, can, probe)")
+        raise fail(
+            ", ".join(sorted(unknown)), "unknown field (expected grid_key, can, probe, cluster)"
+        )
     can = data.get("can")
     if not isinstance(can, dict):
         raise fail("can", "expected an object with at least 'space'")
@@ -83,7 +89,19 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
         probe_config = ProbeConfig(**probe)
     except (TypeError, ValueError) as exc:
         raise fail("probe", str(exc)) from None
-    return NodeConfig(can_config, key, probe_config)
+    cluster = data.get("cluster")
+    cluster_config = None
+    if cluster is not None:
+        if not isinstance(cluster, dict):
+            raise fail("cluster", "expected an object or null")
+        unknown = set(cluster) - _CLUSTER_FIELDS
+        if unknown:
+            raise fail(f"cluster.{sorted(unknown)[0]}", "unknown field")
+        try:
+            cluster_config = ClusterConfig(**cluster)
+        except (TypeError, ValueError) as exc:
+            raise fail("cluster", str(exc)) from None
+    return NodeConfig(can_config, key, probe_config, cluster_config)
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 __all__ = [
+    "ClusterChanged",
     "CommandDone",
     "Event",
     "Evicted",
@@ -110,6 +111,17 @@ class RttMeasured(Event):
     target: int
     rtts: tuple[float, ...]  # seconds, in the order the answers came
     lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChanged(Event):
+    """The peer's own job-ready cluster or the one it advertises changed (node.cluster.agent)."""
+
+    kind: ClassVar[str] = "cluster"
+    own: int  # size of our own cluster (DYN)
+    advertised: int  # size of the cluster we advertise (DYN-SYM)
+    head: str  # the head's state
+    client: str  # the client's state
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from node.can.overlay import CanConfig, CanOverlay, Status
 from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
-from node.events import Event, RttMeasured
+from node.events import ClusterChanged, Event, RttMeasured
 from node.wire import (
     DROP_REASONS,
     ClusterBeat,
@@ -99,6 +99,7 @@ class Peer:
         )
         self.cluster: ClusterAgent | None = None
         self._cluster_rtts: deque[RttMeasured] = deque()  # theirs, handed over after each input
+        self._cluster_seen: tuple[object, ...] = ()  # what ClusterChanged last said
         if config.cluster is not None:
             self.cluster = ClusterAgent(
                 config.cluster,
@@ -167,6 +168,7 @@ class Peer:
         cluster members are released and our heads told)."""
         if self.cluster is not None:
             self.cluster.leave(now)
+            self._hand_over_rtts(now)
         self.can.leave(now)
 
     def set_cluster_candidates(self, candidates: Sequence[Address], now: float) -> None:
@@ -216,10 +218,21 @@ class Peer:
             self._events.append(event)
 
     def _hand_over_rtts(self, now: float) -> None:
+        """After every input: the agent's measurements, then whether its clusters changed."""
+        agent = self.cluster
+        if agent is None:
+            return
         while self._cluster_rtts:
             event = self._cluster_rtts.popleft()
-            assert self.cluster is not None
-            self.cluster.handle_rtt(event.request, event.rtts, now)
+            agent.handle_rtt(event.request, event.rtts, now)
+        seen = (agent.own, agent.advertised(), agent.head_state, agent.client_state)
+        if seen != self._cluster_seen:
+            self._cluster_seen = seen
+            self._events.append(
+                ClusterChanged(
+                    now, len(seen[0]), len(seen[1]), agent.head_state, agent.client_state
+                )
+            )
 
     def _send(self, addr: Address, message: Message) -> None:
         self._seq += 1

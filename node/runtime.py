@@ -14,7 +14,7 @@
 # Control API: a Unix stream socket; one JSON object per line in each
 # direction. Requests: {"op": "join", "bootstraps": [["10.0.0.1", 7000]]},
 # {"op": "leave"}, {"op": "dump"}, {"op": "stats"}, {"op": "status"},
-# {"op": "exit"}. Answers: {"ok": true, ...} or {"ok": false, "error": ...}.
+# {"op": "cluster", "candidates": [["10.0.0.2", 7000]]}, {"op": "exit"}. Answers: {"ok": true, ...} or {"ok": false, "error": ...}.
 #
 # Lifetime: the process exits after a graceful leave has completed, on
 # {"op": "exit"}, or after SIGTERM/SIGINT (which first leave gracefully,
@@ -240,8 +240,17 @@ class NodeRuntime:
             "dump": lambda _: {"dump": {"host": self.name, **self.peer.dump()}},
             "stats": lambda _: {"stats": self.stats()},
             "status": lambda _: {"status": self.peer.status, "id": self.peer.can.id},
+            "cluster": self._cluster,
             "exit": self._exit,
         }
+
+    def _cluster(self, request: dict[str, Any]) -> dict[str, Any]:
+        """{"op": "cluster", "candidates": [["10.0.0.2", 7000], ...]}: the peers
+        predicted near us, nearest first (the head solicits from them)."""
+        if not isinstance(request.get("candidates"), list):
+            raise ValueError('candidates must be a list like [["10.0.0.2", 7000]]')
+        self.peer.set_cluster_candidates([_address(c) for c in request["candidates"]], self.now())
+        return {}
 
     def _join(self, request: dict[str, Any]) -> dict[str, Any]:
         bootstraps = [_address(b) for b in request.get("bootstraps", [])]

@@ -35,13 +35,16 @@ import tomli_w
 
 from node.can.geometry import Dimension, Space, abutment
 from node.can.overlay import CanConfig
+from node.cluster.agent import ClusterConfig
+from node.cluster.refine import gather
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
+from testbed.analysis.cluster_oracle import check_clusters
 from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.errors import InputError
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
-from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
+from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec, RunClustersSpec
 from testbed.topology import (
     PLANETLAB_FRAMES,
     Topology,
@@ -63,12 +66,14 @@ class Engine(ChurnEngine, Protocol):
     def join(self, host: int, bootstraps: list[int]) -> None: ...
     def dumps(self) -> list[dict[str, Any]]: ...
     def hosts_of(self, ids: set[int]) -> dict[int, int]: ...  # overlay ids -> hosts (known ones)
+    def address_of(self, host: int) -> tuple[str, int]: ...
+    def set_cluster_candidates(self, host: int, candidates: list[int]) -> None: ...
     def members(self) -> list[int]: ...
     def finish(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
-def build_node_config(node: NodeSpec) -> NodeConfig:
+def build_node_config(node: NodeSpec, clusters: RunClustersSpec | None = None) -> NodeConfig:
     space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
     can = CanConfig(
         space,
@@ -82,7 +87,22 @@ def build_node_config(node: NodeSpec) -> NodeConfig:
         forget_after_s=5 * node.update_interval_s,
         propose_scope=node.propose_scope,
     )
-    return NodeConfig(can, bytes.fromhex(node.grid_key) if node.grid_key else None)
+    cluster = None
+    if clusters is not None:
+        cluster = ClusterConfig(
+            diameter_ms=clusters.diameter_ms,
+            size=clusters.size,
+            memberships=clusters.memberships or clusters.size,
+            criterion=clusters.criterion,
+            stable_s=clusters.stable_s,
+            wait_s=clusters.wait_s,
+            heartbeat_s=clusters.heartbeat_s,
+            dead_after_s=clusters.dead_after_s,
+            report_timeout_s=clusters.report_timeout_s,
+            samples=clusters.samples,
+        )
+    key = bytes.fromhex(node.grid_key) if node.grid_key else None
+    return NodeConfig(can, key, cluster=cluster)
 
 
 def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
@@ -148,7 +168,7 @@ def run_experiment(
 ) -> Path:
     """Run `spec`; returns the run folder. The engine is chosen by spec.engine unless given."""
     topology = select_topology(spec)
-    config = build_node_config(spec.node)
+    config = build_node_config(spec.node, spec.clusters)
     names = [f"h{k + 1}" for k in range(topology.n)]
     schedule = churn_schedule(spec, topology, names)  # a bad script fails before anything starts
     frames = _frames_used(spec, topology, schedule)  # loaded now: switching must be quick
@@ -177,6 +197,9 @@ def run_experiment(
     involved: Callable[[set[str]], list[dict[str, Any]]] | None = None
     status = "interrupted"
 
+    offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
+    current_one_way_s: Callable[[], np.ndarray] = lambda: topology.one_way_ms() / 1e3  # noqa: E731
+
     def check(
         label: str,
         number: int,
@@ -194,6 +217,11 @@ def run_experiment(
             seed=spec.seed + number,
             hosts_of=lambda ids: {i: names[h] for i, h in engine.hosts_of(ids).items()},
         )
+        if offers is not None:
+            one_way = current_one_way_s()
+            report.violations.extend(
+                offers.check(dumps, (one_way + one_way.T) * 1e3, names, {names[h] for h in skip})
+            )
         result = {"phase": label, "t": round(engine.now, 3), **(extra or {}), **report.to_dict()}
         if involved is not None and report.violations:
             # What happened since the last clean check to the peers involved (and the network).
@@ -224,6 +252,8 @@ def run_experiment(
                 engine.start(host, draw_point(spec.node, point_rng))
                 engine.join(host, rng.sample(pool, min(5, len(pool))))
                 joined_at[host] = now
+                if offers is not None:
+                    offers.changed(host, expected | {host})
 
             executor = Executor(
                 schedule,
@@ -233,9 +263,13 @@ def run_experiment(
                 join=join,
                 frames=frames,
                 log=applied,
+                on_change=None
+                if offers is None
+                else lambda host: offers.changed(host, executor.expected),
             )
             expected = executor.expected
             involved = executor.involved
+            current_one_way_s = lambda: executor.current  # noqa: E731
 
             def quiet(at: Quiet) -> None:
                 extra = {
@@ -260,6 +294,8 @@ def run_experiment(
             for host, when, point in zip(hosts, times, points, strict=True):
                 engine.advance(when)
                 _act(phase.action, host, engine, expected, rng, point)
+                if offers is not None:
+                    offers.changed(host, expected)
                 actions.write(
                     phase.action, sim_t=round(engine.now, 6), host=names[host], phase=label
                 )
@@ -444,6 +480,61 @@ def _act(
     else:
         engine.crash(host)
         expected.discard(host)
+
+
+class _Offers:
+    """The first approximation of every peer's cluster (seed 002 §5.1): DTM's
+    predictions for the whole grid, made once; as peers come and go, each
+    running peer near a change is offered the running peers predicted near it
+    (testbed-side: the prediction issue measured DTM on real pings; here the
+    refinement is what runs on the network)."""
+
+    def __init__(self, spec: ExperimentSpec, topology: Topology, engine: Engine) -> None:
+        from testbed.predict import Noise, predict_dtm  # numpy-heavy, only for cluster runs
+        from testbed.spec import DtmTechnique
+
+        assert spec.clusters is not None
+        self.c = spec.clusters
+        self.engine = engine
+        rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+        self.predicted, _ = predict_dtm(
+            (rtt + rtt.T) / 2, DtmTechnique(trees=self.c.trees), spec.seed, Noise()
+        )
+        self.offered: dict[int, list[int]] = {}
+        self.sent = 0  # offers made (control requests in the emulator)
+
+    def changed(self, host: int, running: set[int]) -> None:
+        """`host` came or went; `running` are the hosts that should be members now."""
+        live = sorted(running)
+        near = set(np.flatnonzero(self.predicted[host] <= self.c.diameter_ms).tolist())
+        affected = [h for h in live if h in near or h == host]
+        if not live or not affected:
+            return
+        sub = self.predicted[np.ix_(live, live)]
+        at = {h: k for k, h in enumerate(live)}
+        limit = self.c.aggregate * self.c.size - 1
+        for h in affected:
+            offer = [live[k] for k in gather(sub, at[h], self.c.diameter_ms, limit)]
+            if offer != self.offered.get(h) or h == host:  # (a thawed peer missed its offers)
+                self.offered[h] = offer
+                self.engine.set_cluster_candidates(h, offer)
+                self.sent += 1
+
+    def check(
+        self, dumps: list[dict[str, Any]], rtt_ms: np.ndarray, names: list[str], frozen: set[str]
+    ) -> list[Any]:
+        index = {name: k for k, name in enumerate(names)}
+        hosts = {self.engine.address_of(k): name for k, name in enumerate(names)}
+        return check_clusters(
+            dumps,
+            rtt_ms,
+            index,
+            hosts,
+            diameter_ms=self.c.diameter_ms,
+            size=self.c.size,
+            memberships=self.c.memberships or self.c.size,
+            frozen=frozen,
+        )
 
 
 def load_checks(run_dir: Path) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ __all__ = [
     "DimensionSpec",
     "CampaignSpec",
     "ClusterSpec",
+    "RunClustersSpec",
     "ChurnSpec",
     "DtmTechnique",
     "ExperimentSpec",
@@ -112,6 +113,26 @@ class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
     seeds: list[int] = msgspec.field(default_factory=lambda: [1])
 
 
+class RunClustersSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """Dynamic clusters in an overlay run (docs/clusters.md): every peer runs the
+    cluster agent (seed 002 §5.1.4); the testbed gives each the peers DTM
+    predicts near it, again whenever peers come and go; the checks after quiet
+    periods judge every cluster against the configured matrix."""
+
+    diameter_ms: float  # D (RTT)
+    size: int = 64  # N
+    memberships: int | None = None  # M (default N)
+    criterion: Literal["fcfs", "global", "greedy"] = "global"
+    aggregate: int = 2  # candidates offered: this many times N
+    trees: int = 1  # DTM trees behind the prediction
+    stable_s: float = 30.0
+    wait_s: float = 5.0
+    heartbeat_s: float = 5.0
+    dead_after_s: float = 20.0
+    report_timeout_s: float = 30.0
+    samples: int = 3
+
+
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     kind: Literal["can"] = "can"
     name: str = "experiment"
@@ -123,6 +144,7 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     churn: ChurnSpec | None = None  # instead of phases
     campaign: CampaignSpec | None = None  # scripts x seeds, for `testbed campaign`
     routes_checked: int = 2000  # greedy routes the oracle follows at each check
+    clusters: RunClustersSpec | None = None  # the peers also form dynamic clusters
 
 
 def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) -> None:
@@ -132,11 +154,29 @@ def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) ->
         fail("topology.scale", "must be a positive number")
 
 
+def _check_run_clusters(c: RunClustersSpec, fail: Callable[[str, str], None]) -> None:
+    if not (math.isfinite(c.diameter_ms) and c.diameter_ms > 0):
+        fail("clusters.diameter_ms", f"must be a positive number of ms, not {c.diameter_ms}")
+    for field, least in (("size", 2), ("aggregate", 1), ("trees", 1), ("samples", 1)):
+        if getattr(c, field) < least:
+            fail(f"clusters.{field}", f"must be at least {least}, not {getattr(c, field)}")
+    if c.memberships is not None and c.memberships < 1:
+        fail("clusters.memberships", f"must be at least 1, not {c.memberships}")
+    for field in ("stable_s", "wait_s", "heartbeat_s", "dead_after_s", "report_timeout_s"):
+        value = getattr(c, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(f"clusters.{field}", f"must be a positive number of seconds, not {value}")
+    if c.dead_after_s <= c.heartbeat_s:
+        fail("clusters.dead_after_s", "must be longer than clusters.heartbeat_s")
+
+
 def _check(spec: ExperimentSpec, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
+    if spec.clusters is not None:
+        _check_run_clusters(spec.clusters, fail)
     if spec.churn is not None:
         churn = spec.churn
         if spec.phases:

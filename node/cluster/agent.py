@@ -196,10 +196,19 @@ class ClusterAgent:
             self._beat_at = now + self.config.heartbeat_s
 
     def set_candidates(self, candidates: Sequence[Address], now: float) -> None:
-        """The first approximation changed (DTM's clustering): our candidate cluster,
-        without us, nearest first. Restarts the stability timer."""
-        cut = tuple(a for a in candidates if a != self.address)[: self.config.size - 1]
-        if cut == self.candidates and self.head_state != "IDLE":
+        """The first approximation changed (DTM's clustering): the peers predicted
+        near us (up to `aggregate` x N of them). We solicit N - 1 of them: those
+        we chose before that are still offered, the rest drawn at random (§5.1:
+        a random subset keeps a few peers from landing in every cluster; keeping
+        earlier choices keeps a small change from reshuffling the cluster).
+        A change restarts the stability timer."""
+        offered = list(dict.fromkeys(a for a in candidates if a != self.address))
+        kept = [a for a in self.candidates if a in offered]
+        rest = [a for a in offered if a not in kept]
+        room = max(0, self.config.size - 1 - len(kept))
+        chosen = kept + (self._rng.sample(rest, room) if len(rest) > room else rest)
+        cut = tuple(chosen[: self.config.size - 1])
+        if set(cut) == set(self.candidates) and self.head_state != "IDLE":
             return
         self.candidates = cut
         if self.head_state in ("IDLE", "COLLECT") or (
@@ -474,7 +483,8 @@ class ClusterAgent:
             info.epoch, info.state, info.heard = solicit.epoch, "accepted", now
             info.roster, info.reported = (), False
             self._send(source, SolicitAnswer(solicit.epoch, ANSWER_ACCEPT))
-            self.client_state = "MEASURE"
+            if self.client_state == "STEADY":  # (in WAIT, the suitors are answered first)
+                self.client_state = "MEASURE"
             return None
         if self.client_state == "MEASURE":
             self._send(source, SolicitAnswer(solicit.epoch, ANSWER_DEFER))

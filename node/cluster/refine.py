@@ -33,33 +33,46 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Refined", "candidate_clusters", "limit_membership", "max_clique_with", "refine"]
+__all__ = [
+    "Refined",
+    "candidate_clusters",
+    "gather",
+    "limit_membership",
+    "max_clique_with",
+    "refine",
+]
 
 CRITERIA = ("fcfs", "global", "greedy")
+
+
+def gather(predicted_ms: np.ndarray, x: int, diameter_ms: float, limit: int) -> list[int]:
+    """Step 1's aggregation for node x: the nodes predicted nearest to it, nearest
+    first, while the whole set (x included) stays within the diameter; at most
+    `limit` of them (x not included)."""
+    predicted = np.asarray(predicted_ms, dtype=np.float64)
+    near = np.flatnonzero(predicted[x] <= diameter_ms)
+    near = near[near != x]
+    order = near[np.argsort(predicted[x, near], kind="stable")]
+    members: list[int] = []
+    reach = predicted[x, order].copy()  # the largest predicted distance to a member so far
+    for k, y in enumerate(order):
+        if len(members) >= limit:
+            break
+        if reach[k] > diameter_ms:
+            continue
+        members.append(int(y))
+        reach = np.maximum(reach, predicted[y, order])
+    return members
 
 
 def candidate_clusters(
     predicted_ms: np.ndarray, diameter_ms: float, size: int, rng: random.Random, aggregate: int = 2
 ) -> list[tuple[int, ...]]:
     """Step 1: each node's candidate cluster (itself first, then members by index)."""
-    predicted = np.asarray(predicted_ms, dtype=np.float64)
-    n = len(predicted)
     out = []
-    for x in range(n):
-        near = np.flatnonzero(predicted[x] <= diameter_ms)
-        near = near[near != x]
-        order = near[np.argsort(predicted[x, near], kind="stable")]
-        members = [x]
-        reach = predicted[x, order].copy()  # the largest predicted distance to a member so far
-        for k, y in enumerate(order):
-            if len(members) >= aggregate * size:
-                break
-            if reach[k] > diameter_ms:
-                continue
-            members.append(int(y))
-            reach = np.maximum(reach, predicted[y, order])
-        others = members[1:]
-        if len(members) > size:
+    for x in range(len(predicted_ms)):
+        others = gather(predicted_ms, x, diameter_ms, aggregate * size - 1)
+        if len(others) + 1 > size:
             others = rng.sample(others, size - 1)
         out.append((x, *sorted(others)))
     return out

@@ -79,7 +79,10 @@ class Executor:
         join: Callable[[int], None],
         frames: Mapping[int, np.ndarray] | None = None,
         log: JsonLog | None = None,
+        on_change: Callable[[int], None] | None = None,
     ) -> None:
+        """`on_change(host)`: after a host left, crashed, froze or thawed (a join
+        is the runner's own `join`)."""
         self.schedule = schedule
         self.engine = engine
         self.index = {name: k for k, name in enumerate(names)}
@@ -88,6 +91,7 @@ class Executor:
         self._join = join
         self._frames = frames or {}
         self._log = log
+        self._on_change = on_change
         self.expected: set[int] = set()  # up and not frozen: should be members
         self.frozen: set[int] = set()
         self.lateness_ms: list[float] = []
@@ -200,6 +204,8 @@ class Executor:
                     self.engine.thaw(host)
                     self.frozen.discard(host)
                     self.expected.add(host)
+                if verb != "join" and self._on_change is not None:
+                    self._on_change(host)
                 self._record(event, [name])
             return
         groups = [self._hosts(group) for group in event.groups]

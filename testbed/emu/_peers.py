@@ -140,6 +140,13 @@ class EmuEngine:
             self._ask(host, "leave")
             self._leaving.add(host)
 
+    def address_of(self, host: int) -> tuple[str, int]:
+        return (self.wan.hosts[host].ip, self.spec.node.port)
+
+    def set_cluster_candidates(self, host: int, candidates: list[int]) -> None:
+        if host in self._procs and host not in self._frozen:
+            self._ask(host, "cluster", candidates=[self._address(c) for c in candidates])
+
     def departing(self) -> list[int]:
         """Peers asked to leave whose process has not exited yet."""
         self._reap()

@@ -117,6 +117,13 @@ class SimEngine:
         """The hosts that had these overlay ids (those known)."""
         return {i: self._id_host[i] for i in ids if i in self._id_host}
 
+    def address_of(self, host: int) -> tuple[str, int]:
+        return self.sim.addresses[host]
+
+    def set_cluster_candidates(self, host: int, candidates: list[int]) -> None:
+        if host in self.sim.peers:
+            self.sim.set_cluster_candidates(host, candidates)
+
     def departing(self) -> list[int]:
         return sorted(h for h, p in self.sim.peers.items() if p.status == Status.LEAVING)
 
