@@ -100,6 +100,7 @@ class Peer:
         self.cluster: ClusterAgent | None = None
         self._cluster_rtts: deque[RttMeasured] = deque()  # theirs, handed over after each input
         self._cluster_seen: tuple[object, ...] = ()  # what ClusterChanged last said
+        self._cluster_changed_at = 0.0
         if config.cluster is not None:
             self.cluster = ClusterAgent(
                 config.cluster,
@@ -228,6 +229,7 @@ class Peer:
         seen = (agent.own, agent.advertised(), agent.head_state, agent.client_state)
         if seen != self._cluster_seen:
             self._cluster_seen = seen
+            self._cluster_changed_at = now
             self._events.append(
                 ClusterChanged(
                     now, len(seen[0]), len(seen[1]), agent.head_state, agent.client_state
@@ -269,11 +271,14 @@ class Peer:
     def status(self) -> str:
         return self.can.status
 
-    def dump(self) -> dict[str, Any]:
-        """State for the oracle and for humans (JSON-ready)."""
+    def dump(self, now: float | None = None) -> dict[str, Any]:
+        """State for the oracle and for humans (JSON-ready). With `now`, the
+        cluster part says how long its clusters have been as they are."""
         out = {**self.can.dump(), "counters": self.stats()}
         if self.cluster is not None:
             out["cluster"] = self.cluster.dump()
+            if now is not None:
+                out["cluster"]["unchanged_s"] = round(now - self._cluster_changed_at, 3)
         return out
 
     def stats(self) -> dict[str, int]:

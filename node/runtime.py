@@ -237,7 +237,7 @@ class NodeRuntime:
         return {
             "join": self._join,
             "leave": self._leave,
-            "dump": lambda _: {"dump": {"host": self.name, **self.peer.dump()}},
+            "dump": lambda _: {"dump": {"host": self.name, **self.peer.dump(self.now())}},
             "stats": lambda _: {"stats": self.stats()},
             "status": lambda _: {"status": self.peer.status, "id": self.peer.can.id},
             "cluster": self._cluster,

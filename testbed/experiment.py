@@ -40,6 +40,8 @@ from node.cluster.refine import gather
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.analysis.cluster_oracle import check_clusters
+from testbed.analysis.clusters import cluster_quality
+from testbed.analysis.stats import quantiles
 from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.errors import InputError
@@ -198,6 +200,7 @@ def run_experiment(
     status = "interrupted"
 
     offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
+    last_clusters: dict[str, Any] = {}  # DYN and DYN-SYM at the last check
     current_one_way_s: Callable[[], np.ndarray] = lambda: topology.one_way_ms() / 1e3  # noqa: E731
 
     def check(
@@ -222,6 +225,9 @@ def run_experiment(
             report.violations.extend(
                 offers.check(dumps, (one_way + one_way.T) * 1e3, names, {names[h] for h in skip})
             )
+            extra = {**(extra or {}), **offers.figures(dumps, (extra or {}).get("quiet_s"))}
+            last_clusters.clear()
+            last_clusters.update(offers.quality(dumps, (one_way + one_way.T) * 1e3, names))
         result = {"phase": label, "t": round(engine.now, 3), **(extra or {}), **report.to_dict()}
         if involved is not None and report.violations:
             # What happened since the last clean check to the peers involved (and the network).
@@ -328,6 +334,7 @@ def run_experiment(
             },
             "members_final": checks[-1].report["members"] if checks else 0,
             **({"churn": churn_summary} if churn_summary is not None else {}),
+            **({"clusters": last_clusters} if last_clusters else {}),
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }
@@ -498,7 +505,7 @@ class _Offers:
         self.engine = engine
         rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
         self.predicted, _ = predict_dtm(
-            (rtt + rtt.T) / 2, DtmTechnique(trees=self.c.trees), spec.seed, Noise()
+            (rtt + rtt.T) / 2, DtmTechnique(trees=self.c.trees, tolerance=0.0), spec.seed, Noise()
         )
         self.offered: dict[int, list[int]] = {}
         self.sent = 0  # offers made (control requests in the emulator)
@@ -519,6 +526,45 @@ class _Offers:
                 self.offered[h] = offer
                 self.engine.set_cluster_candidates(h, offer)
                 self.sent += 1
+
+    def figures(self, dumps: list[dict[str, Any]], quiet_s: float | None) -> dict[str, Any]:
+        """Cluster figures of a check: sizes, and how long after the last event
+        the last peer's clusters changed (`reformed_s`, for a quiet check)."""
+        states = [d["cluster"] for d in dumps if "cluster" in d]
+        unchanged = [s["unchanged_s"] for s in states if "unchanged_s" in s]
+        out: dict[str, Any] = {
+            "clusters": {
+                "own_size": quantiles([len(s["own"]) for s in states]),
+                "advertised_size": quantiles([len(s["advertised"]) for s in states]),
+                "offers": self.sent,
+            }
+        }
+        if quiet_s is not None and unchanged:
+            out["clusters"]["reformed_s"] = round(max(0.0, quiet_s - min(unchanged)), 3)
+        return out
+
+    def quality(
+        self, dumps: list[dict[str, Any]], rtt_ms: np.ndarray, names: list[str]
+    ) -> dict[str, Any]:
+        """DYN and DYN-SYM as the running peers have them, judged against `rtt_ms`
+        (the figures of a cluster spec's summary)."""
+        index = {self.engine.address_of(k): k for k in range(len(names))}
+        out = {}
+        for key, which in (("DYN", "own"), ("DYN-SYM", "advertised")):
+            clusters: list[tuple[int, ...]] = [() for _ in names]  # not running: nothing
+            for d in dumps:
+                if "cluster" in d:
+                    members = (index[tuple(a)] for a in d["cluster"][which] if tuple(a) in index)
+                    clusters[index[tuple(d["address"])]] = tuple(members)
+            figures = cluster_quality(
+                clusters,
+                rtt_ms,
+                self.c.diameter_ms,
+                max_size=self.c.size,
+                max_memberships=self.c.memberships or self.c.size,
+            )
+            out[key] = {k: v for k, v in figures.items() if k != "violations"}
+        return out
 
     def check(
         self, dumps: list[dict[str, Any]], rtt_ms: np.ndarray, names: list[str], frozen: set[str]

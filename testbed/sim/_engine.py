@@ -240,7 +240,7 @@ class Simulator:
     # -- introspection ------------------------------------------------------------------------------
 
     def dump(self, host: int) -> dict[str, Any]:
-        return {"host": self.names[host], **self.peers[host].dump()}
+        return {"host": self.names[host], **self.peers[host].dump(self.now)}
 
     def dump_all(self) -> list[dict[str, Any]]:
         return [self.dump(h) for h in sorted(self.peers)]

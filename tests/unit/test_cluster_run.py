@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from testbed.analysis.cluster_oracle import check_clusters
+from testbed.errors import InputError
 from testbed.experiment import run_experiment
 from testbed.spec import load_spec
 from tests.unit.test_can_sim import SMALL
@@ -44,6 +47,13 @@ def test_clusters_re_form_after_crashes_and_joins(tmp_path):
     # Clusters formed, then changed after the crash (members declared dead) and after the joins.
     assert any(e["own"] > 1 and e["t"] < 40 for e in changes)
     assert any(40 < e["t"] < 70 for e in changes) and any(e["t"] > 70 for e in changes)
+    # Each check says how long after the last event the last cluster changed, within the quiet.
+    reformed = [c["clusters"]["reformed_s"] for c in checks]
+    assert all(0 < r < c["quiet_s"] for r, c in zip(reformed, checks, strict=True)), checks
+    final = summary["clusters"]
+    assert final["DYN"]["accuracy"] == final["DYN-SYM"]["accuracy"] == 1.0
+    assert final["DYN"]["size_max"] <= 8 and final["DYN"]["membership_max"] <= 8
+    assert final["DYN-SYM"]["peer_size_p50"] >= final["DYN"]["peer_size_p50"]
 
 
 def dump(host: str, ip: str, own: list[str], advertised: list[str] | None = None, **state):
@@ -85,3 +95,23 @@ def test_the_cluster_oracle_names_every_kind_of_violation():
         dumps[1:2], rtt, index, hosts, diameter_ms=1.0, size=9, memberships=9, frozen={"c"}
     )
     assert [v.kind for v in frozen] == ["cluster-unsettled"]
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("clusters.diameter_ms=0", "clusters.diameter_ms"),
+        ("clusters.size=1", "clusters.size"),
+        ("clusters.dead_after_s=0.5", "clusters.dead_after_s"),
+        ("clusters.samples=0", "clusters.samples"),
+        ("clusters.sise=3", "sise"),
+    ],
+)
+def test_bad_cluster_tables_are_named(override, says):
+    with pytest.raises(InputError, match=says):
+        load_spec(None, [override], defaults=CLUSTERED)
+
+
+def test_the_bundled_cluster_emu_spec_is_valid():
+    spec, _ = load_spec(Path(__file__).parents[2] / "scripts" / "experiments" / "cluster-emu.toml")
+    assert spec.engine == "emu" and spec.clusters is not None and spec.clusters.size == 16

@@ -18,7 +18,7 @@ from node.control import ControlError, request
 from testbed.analysis.can_oracle import check_can
 from testbed.experiment import build_node_config
 from testbed.local import LocalPeer
-from testbed.spec import NodeSpec
+from testbed.spec import NodeSpec, RunClustersSpec
 
 FAST = NodeSpec(
     update_interval_s=0.3,
@@ -178,3 +178,43 @@ def test_the_rtt_request_measures_real_pings_without_joining(tmp_path):
             with pytest.raises(ControlError, match="targets must be a list"):
                 request(h1.control, "rtt", targets=bad)
         assert h1.ask("status")["status"] == "idle"  # still serving
+
+
+def test_real_peers_form_a_cluster_when_given_candidates(tmp_path):
+    # Three processes on loopback (RTTs well under D = 50 ms): the first is
+    # offered the other two through the control API and they form one cluster
+    # with real pings; a peer without a cluster configuration refuses the op.
+    clustered = build_node_config(
+        FAST,
+        RunClustersSpec(
+            diameter_ms=50.0, size=3, stable_s=0.5, wait_s=0.3, heartbeat_s=0.5, dead_after_s=2.0
+        ),
+    )
+    assert config_from_dict(config_to_dict(clustered)) == clustered
+    bad = config_to_dict(clustered)
+    bad["cluster"]["sise"] = 3
+    with pytest.raises(ConfigError, match="cluster.sise: unknown field"):
+        config_from_dict(bad)
+    with (
+        LocalPeer(tmp_path, "h1", clustered, POINTS[0], join=None) as h1,
+        LocalPeer(tmp_path, "h2", clustered, POINTS[1], join=None, seed=2) as h2,
+        LocalPeer(tmp_path, "h3", clustered, POINTS[2], join=None, seed=3) as h3,
+        LocalPeer(tmp_path, "h4", CONFIG, POINTS[3], join=None, seed=4) as plain,
+    ):
+        for peer in (h2, h3):
+            peer.ask("status")
+        h1.ask("cluster", candidates=[list(h2.address), list(h3.address)])
+        deadline = time.monotonic() + 20
+        while (state := h1.ask("dump")["dump"]["cluster"])["head"] != "STEADY" or len(
+            state["own"]
+        ) < 3:
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        members = sorted(tuple(a) for a in state["own"])
+        assert members == sorted([h1.address, h2.address, h3.address])
+        assert h2.ask("dump")["dump"]["cluster"]["advertised"] == state["own"]
+        assert any(r["kind"] == "cluster" and r["own"] == 3 for r in records(h1))
+        with pytest.raises(ControlError, match="no cluster configuration"):
+            request(plain.control, "cluster", candidates=[list(h1.address)])
+        with pytest.raises(ControlError, match="candidates must be a list"):
+            request(h1.control, "cluster", candidates="h2")
