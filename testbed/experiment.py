@@ -102,6 +102,8 @@ def build_node_config(node: NodeSpec, clusters: RunClustersSpec | None = None) -
             dead_after_s=clusters.dead_after_s,
             report_timeout_s=clusters.report_timeout_s,
             samples=clusters.samples,
+            verify_s=clusters.verify_s,
+            fresh_s=min(60.0, clusters.verify_s / 2) if clusters.verify_s > 0 else 60.0,
         )
     key = bytes.fromhex(node.grid_key) if node.grid_key else None
     return NodeConfig(can, key, cluster=cluster)

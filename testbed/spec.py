@@ -131,6 +131,7 @@ class RunClustersSpec(msgspec.Struct, forbid_unknown_fields=True):
     dead_after_s: float = 20.0
     report_timeout_s: float = 30.0
     samples: int = 3
+    verify_s: float = 0.0  # heads measure their clusters again this often (0: never)
 
 
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -168,6 +169,11 @@ def _check_run_clusters(c: RunClustersSpec, fail: Callable[[str, str], None]) ->
             fail(f"clusters.{field}", f"must be a positive number of seconds, not {value}")
     if c.dead_after_s <= c.heartbeat_s:
         fail("clusters.dead_after_s", "must be longer than clusters.heartbeat_s")
+    if not (math.isfinite(c.verify_s) and c.verify_s >= 0):
+        fail(
+            "clusters.verify_s",
+            f"must be 0 (never) or a positive number of seconds, not {c.verify_s}",
+        )
 
 
 def _check(spec: ExperimentSpec, source: str) -> None:

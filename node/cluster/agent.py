@@ -90,6 +90,7 @@ class ClusterConfig:
     dead_after_s: float = 20.0
     samples: int = 3  # RTT samples per measured pair (their minimum counts)
     fresh_s: float = 60.0  # a measurement this young is used again (rosters overlap)
+    verify_s: float = 0.0  # a STEADY head runs a new round this often (latencies change); 0: never
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.diameter_ms) and self.diameter_ms > 0):
@@ -104,6 +105,8 @@ class ClusterConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"cluster.{name} must be a positive number, not {value!r}")
+        if not (math.isfinite(self.verify_s) and self.verify_s >= 0):
+            raise ValueError(f"cluster.verify_s must be 0 or positive, not {self.verify_s!r}")
         if not self.dead_after_s > self.heartbeat_s:
             raise ValueError("cluster.dead_after_s must exceed cluster.heartbeat_s")
 
@@ -172,6 +175,7 @@ class ClusterAgent:
         self.candidates: tuple[Address, ...] = ()
         self.own: tuple[Address, ...] = (address,)  # our job-ready cluster (DYN)
         self._stable_at = math.inf
+        self._verify_at = math.inf
         self._changed = False  # candidates changed while we were busy
         self._epoch = 0
         self._round: _Round | None = None
@@ -281,6 +285,8 @@ class ClusterAgent:
         self._feed_prober(now)
         if self.head_state == "COLLECT" and now >= self._stable_at:
             self._solicit(now)
+        if self.head_state == "STEADY" and now >= self._verify_at:
+            self._solicit(now)  # measure again: a latency may have changed
         rnd = self._round
         if rnd is not None and self.head_state == "SOLICIT":
             for addr, client in rnd.clients.items():
@@ -301,6 +307,8 @@ class ClusterAgent:
 
     def get_timer(self) -> float | None:
         deadlines = [self._stable_at if self.head_state == "COLLECT" else math.inf]
+        if self.head_state == "STEADY":
+            deadlines.append(self._verify_at)
         if self._round is not None:
             if self.head_state == "SOLICIT":
                 deadlines.extend(
@@ -324,7 +332,7 @@ class ClusterAgent:
         return Solicit(rnd.epoch, len(rnd.clients) + 1 - denied, accepted)
 
     def _solicit(self, now: float) -> None:
-        self._stable_at = math.inf
+        self._stable_at = self._verify_at = math.inf
         self._changed = False
         if not self.candidates:
             self.head_state = "STEADY"
@@ -435,6 +443,8 @@ class ClusterAgent:
                 self._send(addr, Release(rnd.epoch))
         self.head_state = "STEADY"
         rnd.report_by = math.inf
+        if self.config.verify_s > 0:
+            self._verify_at = now + self.config.verify_s
         if self._changed and len(self.own) < self.config.size:
             self._collect(now)
 

@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +95,9 @@ class EmuEngine:
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
             self._leaving: set[int] = set()  # asked to leave, process still running
+            self._offers: dict[int, list[Any]] = {}  # cluster candidates not yet sent
+            self._offering: set[int] = set()  # hosts with a sender at work
+            self._offer_lock = threading.Lock()
             self._pool = ThreadPoolExecutor(8)
             self._t0 = time.monotonic()
         except BaseException:
@@ -144,8 +148,26 @@ class EmuEngine:
         return (self.wan.hosts[host].ip, self.spec.node.port)
 
     def set_cluster_candidates(self, host: int, candidates: list[int]) -> None:
-        if host in self._procs and host not in self._frozen:
-            self._ask(host, "cluster", candidates=[self._address(c) for c in candidates])
+        """Offer candidates in the background (a joiner's process may still be
+        starting, and the schedule must not wait); the latest offer to a host wins."""
+        if host not in self._procs or host in self._frozen:
+            return
+        with self._offer_lock:
+            self._offers[host] = [self._address(c) for c in candidates]
+            if host in self._offering:
+                return  # its sender will take this one next
+            self._offering.add(host)
+        self._pool.submit(self._send_offers, host)
+
+    def _send_offers(self, host: int) -> None:
+        while True:
+            with self._offer_lock:
+                candidates = self._offers.pop(host, None)
+                if candidates is None:
+                    self._offering.discard(host)
+                    return
+            with contextlib.suppress(ControlError):  # it exited meanwhile
+                self._ask(host, "cluster", candidates=candidates)
 
     def departing(self) -> list[int]:
         """Peers asked to leave whose process has not exited yet."""

@@ -115,3 +115,25 @@ def test_bad_cluster_tables_are_named(override, says):
 def test_the_bundled_cluster_emu_spec_is_valid():
     spec, _ = load_spec(Path(__file__).parents[2] / "scripts" / "experiments" / "cluster-emu.toml")
     assert spec.engine == "emu" and spec.clusters is not None and spec.clusters.size == 16
+
+
+@pytest.mark.parametrize("verify_s", [0.0, 20.0])
+def test_heads_that_measure_again_follow_a_latency_change(tmp_path, verify_s):
+    # Every latency goes to 1 ms (100 x D) at 60 s: the clusters formed before
+    # are now inaccurate. Heads that verify every 20 s find it and shrink to
+    # singletons; heads that never verify keep them, and the checks say so.
+    script = tmp_path / "l.churn"
+    script.write_text("from 0s to 10s join 80%\nat 60s set latency all -- all 1ms\nat 150s stop\n")
+    overrides = [f'churn.script="{script}"', "churn.settle_s=25", f"clusters.verify_s={verify_s}"]
+    spec, data = load_spec(None, overrides, defaults=CLUSTERED)
+    summary = json.loads(
+        (run_experiment(spec, data, out=tmp_path / "run") / "summary.json").read_text()
+    )
+    before, after = summary["invariants"]["by_check"]
+    assert before["violations"] == 0 and before["clusters"]["own_size"]["max"] > 1
+    if verify_s:
+        assert after["violations"] == 0, after["first"]
+        assert after["clusters"]["own_size"]["max"] == 1
+    else:
+        assert set(after["by_kind"]) == {"cluster-inaccurate"}
+        assert all(len(v["peers"]) == 3 for v in after["first"])  # the head and the far pair
