@@ -25,7 +25,7 @@ def cluster_quality(
     (its members, node indices; empty: nothing). Distinct clusters count once.
 
     count, size_p50, size_max: the distinct advertised clusters and their sizes;
-    peer_size_p50: the median size of what a node advertises;
+    peer_size_p50: the median size of what a node advertises (nodes advertising nothing left out);
     membership_max: the most distinct clusters one node belongs to;
     accuracy: the share of distinct clusters whose every pair is within D;
     violations: clusters over N, nodes in more than M, inaccurate clusters
@@ -43,6 +43,7 @@ def cluster_quality(
         if len(cluster) > 1 and float(np.max(np.maximum(block, block.T))) > diameter_ms:
             inaccurate.append(cluster)
     oversized = [c for c in distinct if max_size is not None and len(c) > max_size]
+    advertising = [len(c) for c in advertised if len(c)]
     crowded = (
         [int(i) for i in np.flatnonzero(memberships > max_memberships)]
         if max_memberships is not None
@@ -52,11 +53,10 @@ def cluster_quality(
         "count": len(distinct),
         "size_p50": float(np.median(sizes)) if len(sizes) else None,
         "size_max": int(sizes.max()) if len(sizes) else 0,
-        # What a peer advertises, over the peers (the distinct count weighs a
-        # singleton like a cluster of 64).
-        "peer_size_p50": float(np.median([len(c) for c in advertised]))
-        if len(advertised)
-        else None,
+        # What a peer advertises, over the peers that advertise (the distinct
+        # count weighs a singleton like a cluster of 64; a peer that is not
+        # running advertises nothing).
+        "peer_size_p50": float(np.median(advertising)) if advertising else None,
         "membership_max": int(memberships.max()) if len(memberships) else 0,
         "accuracy": round(1.0 - len(inaccurate) / len(distinct), 6) if distinct else None,
         "violations": {
