@@ -512,6 +512,75 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     console.print(table)
 
 
+@bench.command(name="mpi")
+@click.option("--topology", default="topologies/sharcnet-emu.toml", show_default=True)
+@click.option("--ranks", type=click.IntRange(2, 256), default=8, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option(
+    "--compute-s",
+    type=click.FloatRange(0, 3600),
+    default=1.0,
+    show_default=True,
+    help="All compute phases together.",
+)
+@click.option(
+    "--diameter-ms",
+    type=click.FloatRange(0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="The job's latency requirement D (RTT).",
+)
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_handled
+def bench_mpi(
+    topology: str,
+    ranks: int,
+    rounds: int,
+    compute_s: float,
+    diameter_ms: float,
+    repeat: int,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """The same MPI-like job on a proper cluster (every pair within D) and on a
+    set that violates D (half its ranks in another cluster): wall times and the
+    slowdown. Real processes over TCP on the emulated WAN (root)."""
+    from testbed.mpi import latency_penalty
+    from testbed.runs import write_json
+
+    with err_console.status(f"{ranks}-rank job, {rounds} rounds, twice x {repeat}"):
+        result = latency_penalty(
+            topology,
+            ranks=ranks,
+            rounds=rounds,
+            compute_s=compute_s,
+            diameter_ms=diameter_ms,
+            repeat=repeat,
+            run_dir=None if out is None else str(out),
+            progress=BringupProgress(),
+        )
+    write_json(Path(result["run_dir"]) / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"{ranks} ranks, {rounds} rounds, {compute_s:g} s of compute, D = {diameter_ms:g} ms"
+    )
+    for col in ("hosts", "widest RTT ms", "wall s (each run)"):
+        table.add_column(col, justify="left" if col == "hosts" else "right")
+    for name in ("proper", "spread"):
+        row = result[name]
+        table.add_row(
+            f"{name}: {', '.join(row['hosts'])}",
+            f"{row['widest_rtt_ms']:g}",
+            " ".join(f"{w:.3f}" for w in row["wall_s"]),
+        )
+    console.print(table)
+    console.print(f"slowdown (median spread / median proper): [bold]{result['slowdown']:g}[/]")
+
+
 # -- run -------------------------------------------------------------------------------------------------
 
 
