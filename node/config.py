@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,29 +80,33 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
             key = bytes.fromhex(key)
         except (TypeError, ValueError):
             raise fail("grid_key", "expected a hex string") from None
-    probe = data.get("probe", {})
-    if not isinstance(probe, dict):
-        raise fail("probe", "expected an object")
-    unknown = set(probe) - _PROBE_FIELDS
-    if unknown:
-        raise fail(f"probe.{sorted(unknown)[0]}", "unknown field")
-    try:
-        probe_config = ProbeConfig(**probe)
-    except (TypeError, ValueError) as exc:
-        raise fail("probe", str(exc)) from None
-    cluster = data.get("cluster")
-    cluster_config = None
-    if cluster is not None:
-        if not isinstance(cluster, dict):
-            raise fail("cluster", "expected an object or null")
-        unknown = set(cluster) - _CLUSTER_FIELDS
-        if unknown:
-            raise fail(f"cluster.{sorted(unknown)[0]}", "unknown field")
-        try:
-            cluster_config = ClusterConfig(**cluster)
-        except (TypeError, ValueError) as exc:
-            raise fail("cluster", str(exc)) from None
+    probe_config = _section(data, "probe", ProbeConfig, _PROBE_FIELDS, fail, default={})
+    cluster_config = _section(data, "cluster", ClusterConfig, _CLUSTER_FIELDS, fail, default=None)
     return NodeConfig(can_config, key, probe_config, cluster_config)
+
+
+def _section(
+    data: dict[str, Any],
+    name: str,
+    cls: Any,
+    fields: set[str],
+    fail: Callable[[str, str], ConfigError],
+    *,
+    default: dict[str, Any] | None,
+) -> Any:
+    """An optional table of the document as a `cls`; None if absent and no default."""
+    section = data.get(name, default)
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise fail(name, "expected an object")
+    unknown = set(section) - fields
+    if unknown:
+        raise fail(f"{name}.{sorted(unknown)[0]}", "unknown field")
+    try:
+        return cls(**section)
+    except (TypeError, ValueError) as exc:
+        raise fail(name, str(exc)) from None
 
 
 def load_config(path: str | Path) -> NodeConfig:
