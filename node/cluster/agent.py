@@ -130,6 +130,7 @@ class _Head:
     accepted: int = 0
     heard: float = 0.0
     roster: tuple[Address, ...] = ()
+    missing: set[Address] = field(default_factory=set)  # roster members not measured yet
     reported: bool = False
     members: tuple[Address, ...] = ()  # its job-ready cluster, once committed
 
@@ -151,6 +152,8 @@ class _Round:
     clients: dict[Address, _Client] = field(default_factory=dict)
     roster: tuple[Address, ...] = ()
     report_by: float = math.inf
+    unmeasured: set[Address] = field(default_factory=set)  # by us, the head
+    unreported: set[Address] = field(default_factory=set)  # accepted, no report yet
 
 
 class ClusterAgent:
@@ -187,6 +190,7 @@ class ClusterAgent:
         self._rtt: dict[Address, tuple[float, float]] = {}  # target -> (ms, minimum; when)
         self._requests: dict[int, Address] = {}  # prober request -> target
         self._to_measure: list[Address] = []  # waiting for room in the prober
+        self._awaiting: dict[Address, set[Address]] = {}  # target -> heads (us too) waiting
         self._feed_at = math.inf
         self.counters = {"measured": 0, "rounds": 0, "released": 0, "dead": 0}
 
@@ -276,6 +280,12 @@ class ClusterAgent:
             return False
         self.counters["measured"] += 1
         self._rtt[target] = (min(rtts_s) * 1e3 if rtts_s else math.inf, now)
+        for head in self._awaiting.pop(target, ()):
+            if head == self.address:
+                if self._round is not None:
+                    self._round.unmeasured.discard(target)
+            elif (info := self._heads.get(head)) is not None:
+                info.missing.discard(target)
         self._client_progress(now)
         self._head_progress(now)
         return True
@@ -369,6 +379,8 @@ class ClusterAgent:
         if self.head_state != "SOLICIT" or client.state != "solicited":
             if answer.answer == ANSWER_DENY and client.state in ("accepted", "member"):
                 client.state = "denied"  # withdrew during filtering
+                rnd.unreported.discard(source)
+                self._head_progress(now)
             return None
         client.state = "accepted" if answer.answer == ANSWER_ACCEPT else "denied"
         if self.config.criterion == "greedy":  # the figures the clients rank us by changed
@@ -393,15 +405,10 @@ class ClusterAgent:
             roster = Roster(rnd.epoch, tuple(_ep(a) for a in rnd.roster))
             for addr in accepted:
                 self._send(addr, roster)
-            self._want(accepted, now)
-        if self.head_state == "FILTER":
-            ours = all(self._rtt_ms(a, now) is not None for a in rnd.roster[1:])
-            reports = all(
-                rnd.clients[a].rtts_ms is not None or rnd.clients[a].state == "denied"
-                for a in rnd.roster[1:]
-            )
-            if ours and reports:
-                self._filter(now)
+            rnd.unmeasured = self._want(accepted, now, self.address)
+            rnd.unreported = set(accepted)
+        if self.head_state == "FILTER" and not rnd.unmeasured and not rnd.unreported:
+            self._filter(now)
 
     def _on_report(self, source: Address, report: RttReport, now: float) -> str | None:
         rnd = self._round
@@ -410,6 +417,7 @@ class ClusterAgent:
         if len(report.rtts_us) != len(rnd.roster):
             return "report does not match the roster"
         rnd.clients[source].rtts_ms = [r / 1e3 if r >= 0 else math.inf for r in report.rtts_us]
+        rnd.unreported.discard(source)
         self._head_progress(now)
         return None
 
@@ -535,7 +543,7 @@ class ClusterAgent:
         if self.address not in members:
             return "a roster without us"
         info.roster, info.heard = members, now
-        self._want([m for m in members if m != self.address], now)
+        info.missing = self._want([m for m in members if m != self.address], now, source)
         self._client_progress(now)
         return None
 
@@ -555,12 +563,11 @@ class ClusterAgent:
 
     def _client_progress(self, now: float) -> None:
         for head, info in self._heads.items():
-            if info.state == "accepted" and info.roster and not info.reported:
+            if info.state == "accepted" and info.roster and not info.reported and not info.missing:
                 measured = [0.0 if m == self.address else self._rtt_ms(m, now) for m in info.roster]
-                if all(r is not None for r in measured):
-                    rtts = [round(r * 1e3) if r < math.inf else -1 for r in measured]
-                    self._send(head, RttReport(info.epoch, tuple(rtts)))
-                    info.reported = True
+                rtts = [-1 if r is None or r == math.inf else round(r * 1e3) for r in measured]
+                self._send(head, RttReport(info.epoch, tuple(rtts)))
+                info.reported = True
         if self.client_state == "MEASURE" and all(
             h.state == "committed" for h in self._heads.values()
         ):
@@ -573,13 +580,20 @@ class ClusterAgent:
         entry = self._rtt.get(target)
         return entry[0] if entry is not None and now - entry[1] <= self.config.fresh_s else None
 
-    def _want(self, targets: Sequence[Address], now: float) -> None:
-        asked = set(self._requests.values()) | set(self._to_measure)
+    def _want(self, targets: Sequence[Address], now: float, waiter: Address) -> set[Address]:
+        """Measure the targets without a fresh measurement, for `waiter` (a head,
+        or us for our own round); returns those it must wait for."""
+        missing = set()
         for target in targets:
-            if self._rtt_ms(target, now) is None and target not in asked:
+            if self._rtt_ms(target, now) is not None:
+                continue
+            missing.add(target)
+            waiting = self._awaiting.setdefault(target, set())
+            if not waiting:  # nobody asked yet: measure it
                 self._to_measure.append(target)
-                asked.add(target)
+            waiting.add(waiter)
         self._feed_prober(now)
+        return missing
 
     def _feed_prober(self, now: float) -> None:
         while self._to_measure:

@@ -160,12 +160,19 @@ class Prober:
 
     def handle_timer(self, now: float) -> None:
         timeout = self.config.timeout_s
-        for nonce, (measurement, sent_at) in list(self._inflight.items()):
-            if now >= sent_at + timeout:
-                del self._inflight[nonce]
-                measurement.lost += 1
-                self._finish_if_done(measurement, now)
-        for measurement in list(self._active.values()):
+        # Samples in flight are in the order they were sent: the oldest first.
+        while self._inflight:
+            nonce, (measurement, sent_at) = next(iter(self._inflight.items()))
+            if now < sent_at + timeout:
+                break
+            del self._inflight[nonce]
+            measurement.lost += 1
+            self._finish_if_done(measurement, now)
+        if now < self._next_send:
+            return  # the budget allows no Ping yet
+        for measurement in self._active.values():  # (sending changes no entry)
+            if now < self._next_send:
+                break  # the budget is spent for now
             while measurement.sent < measurement.samples and now >= max(
                 measurement.next_at, self._next_send
             ):
@@ -180,11 +187,17 @@ class Prober:
                 self._next_send = now + 1.0 / self.config.rate
 
     def get_timer(self) -> float | None:
-        deadlines = [sent_at + self.config.timeout_s for _, sent_at in self._inflight.values()]
-        deadlines.extend(
-            max(m.next_at, self._next_send) for m in self._active.values() if m.sent < m.samples
-        )
-        return min(deadlines) if deadlines else None
+        best = math.inf
+        if self._inflight:  # the oldest sample in flight times out first
+            _, sent_at = next(iter(self._inflight.values()))
+            best = sent_at + self.config.timeout_s
+        for m in self._active.values():
+            if m.sent < m.samples:
+                due = max(m.next_at, self._next_send)
+                best = min(best, due)
+                if due <= self._next_send:
+                    break  # nothing goes out before the budget allows
+        return None if best == math.inf else best
 
     def _finish_if_done(self, measurement: _Measurement, now: float) -> None:
         assert measurement.rtts is not None
