@@ -887,6 +887,7 @@ def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
         "size max",
         "membership max",
         "accuracy",
+        "capacity",
     ):
         table.add_column(col, justify="left" if col == "clustering" else "right")
     for name, q in summary["clusters"].items():
@@ -898,8 +899,16 @@ def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
             str(q["size_max"]),
             str(q["membership_max"]),
             f"{q['accuracy']:.3f}" if q["accuracy"] is not None else "-",
+            f"{q['capacity']:.3f}" if q["capacity"] is not None else "-",
         )
     console.print(table)
+    if "distributed" in summary:
+        d = summary["distributed"]
+        console.print(
+            f"distributed refinement: {'every peer STEADY' if d['converged'] else '[red]NOT every peer STEADY[/]'}"
+            f" at {d['steady_at_s']:g} s (virtual), messages per peer p50 {d['messages_per_peer']['p50']:g},"
+            f" {d['wall_s']:g} s wall"
+        )
     return run_dir
 
 

@@ -28,6 +28,9 @@ def cluster_quality(
     peer_size_p50: the median size of what a node advertises (nodes advertising nothing left out);
     membership_max: the most distinct clusters one node belongs to;
     accuracy: the share of distinct clusters whose every pair is within D;
+    capacity: the share of the ground truth's capacity realised: the sizes of the
+    accurate clusters peers advertise (at most N) over, for each advertising peer,
+    the most a cluster holding it could have (1 + its peers within D, at most N);
     violations: clusters over N, nodes in more than M, inaccurate clusters
     (each with its members: the first 20 of each kind).
     """
@@ -44,6 +47,18 @@ def cluster_quality(
             inaccurate.append(cluster)
     oversized = [c for c in distinct if max_size is not None and len(c) > max_size]
     advertising = [len(c) for c in advertised if len(c)]
+    # Capacity: what peers advertise that is usable (an accurate cluster, at
+    # most N), over what they could: a cluster holding peer i lies within D of
+    # i, so it has at most 1 + |{j : rtt(i, j) <= D}| members (and N).
+    bad = set(inaccurate)
+    usable = sum(
+        min(len(c), max_size or len(c))
+        for c in advertised
+        if len(c) and tuple(sorted(c)) not in bad
+    )
+    near = (np.maximum(matrix, matrix.T) <= diameter_ms).sum(axis=1)  # i itself included
+    ideal = np.minimum(near, max_size) if max_size is not None else near
+    running = [k for k, c in enumerate(advertised) if len(c)]
     crowded = (
         [int(i) for i in np.flatnonzero(memberships > max_memberships)]
         if max_memberships is not None
@@ -59,6 +74,7 @@ def cluster_quality(
         "peer_size_p50": float(np.median(advertising)) if advertising else None,
         "membership_max": int(memberships.max()) if len(memberships) else 0,
         "accuracy": round(1.0 - len(inaccurate) / len(distinct), 6) if distinct else None,
+        "capacity": round(usable / float(ideal[running].sum()), 6) if running else None,
         "violations": {
             "oversized": [list(c) for c in oversized[:20]],
             "crowded_nodes": crowded[:20],

@@ -59,6 +59,10 @@ def test_quality_on_the_sharcnet_grid():
     assert pieces["accuracy"] == pytest.approx(1 - 12 / pieces["count"])  # 768 GigE nodes / 64
     windows = cluster_quality(overlap(groups, 64), rtt, 0.2, max_size=64, max_memberships=64)
     assert windows["membership_max"] == 64 and windows["accuracy"] == 1.0
+    assert windows["capacity"] == 1.0  # every peer advertises as much as its cluster allows
+    # The GigE peers' pieces are no use at 10 us (but they could only ever have
+    # had themselves); the Myrinet peers' pieces of 64 are, the remainders less so.
+    assert 0.95 < pieces["capacity"] < 1.0
     assert windows["violations"]["counts"] == {"oversized": 0, "crowded_nodes": 0, "inaccurate": 0}
 
 
@@ -67,6 +71,8 @@ def test_quality_names_what_breaks_the_bounds():
     figures = cluster_quality([(0, 1, 2), (0, 1), ()], rtt, 2.0, max_size=2, max_memberships=1)
     assert figures["count"] == 2 and figures["size_p50"] == 2.5
     assert figures["accuracy"] == 0.5
+    # Usable: only (0, 1); could: 2 each for peers 0 and 1 (peer 2 advertises nothing).
+    assert figures["capacity"] == 0.5
     assert figures["violations"]["inaccurate"] == [[0, 1, 2]]
     assert figures["violations"]["oversized"] == [[0, 1, 2]]
     assert figures["violations"]["crowded_nodes"] == [0, 1]
