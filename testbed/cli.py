@@ -531,6 +531,12 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     help="The job's latency requirement D (RTT).",
 )
 @click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option(
+    "--command",
+    default=None,
+    help="Your own program instead of the built-in one: it gets TESTBED_RANK, TESTBED_SIZE and "
+    "TESTBED_PEERS and prints a JSON object with wall_s as its last line.",
+)
 @run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
@@ -541,6 +547,7 @@ def bench_mpi(
     compute_s: float,
     diameter_ms: float,
     repeat: int,
+    command: str | None,
     out: Path | None,
     as_json: bool,
 ) -> None:
@@ -558,6 +565,7 @@ def bench_mpi(
             compute_s=compute_s,
             diameter_ms=diameter_ms,
             repeat=repeat,
+            command=command,
             run_dir=None if out is None else str(out),
             progress=BringupProgress(),
         )

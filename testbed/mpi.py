@@ -129,6 +129,7 @@ def latency_penalty(
     compute_s: float = 1.0,
     diameter_ms: float = 1.0,
     repeat: int = 3,
+    command: str | None = None,
     run_dir: str | None = None,
     progress: Any = None,
 ) -> dict[str, Any]:
@@ -150,9 +151,16 @@ def latency_penalty(
     ) as wan:  # fmt: skip
         for k in range(repeat):
             for name, hosts in (("proper", proper), ("spread", spread)):
-                job = run_job(wan, hosts, rounds=rounds, compute_s=compute_s, label=f"{name}{k}")
+                job = run_job(
+                    wan,
+                    hosts,
+                    rounds=rounds,
+                    compute_s=compute_s,
+                    command=command,
+                    label=f"{name}{k}",
+                )
                 walls[name].append(job["wall_s"])
-        folder = str(wan.run_dir)
+        folder, run_id = str(wan.run_dir), wan.plan.run_id
     median = {name: statistics.median(values) for name, values in walls.items()}
     return {
         "topology": topology.source,
@@ -160,6 +168,7 @@ def latency_penalty(
         "rounds": rounds,
         "compute_s": compute_s,
         "diameter_ms": diameter_ms,
+        "command": command,
         "proper": {
             "hosts": proper,
             "widest_rtt_ms": round(widest(proper), 3),
@@ -172,4 +181,5 @@ def latency_penalty(
         },
         "slowdown": round(median["spread"] / median["proper"], 3),
         "run_dir": folder,
+        "run_id": run_id,
     }

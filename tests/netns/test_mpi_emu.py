@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from testbed.emu._clean import netns_of_run
@@ -33,4 +35,29 @@ def test_a_job_spread_beyond_its_latency_requirement_runs_slower(tmp_path):
     # Every rank's result is in the run folder, and nothing is left behind.
     outs = sorted((tmp_path / "run" / "hosts").rglob("proper0-r*.out"))
     assert len(outs) == 4 and all(json.loads(o.read_text())["checksum"] == 10.0 for o in outs)
-    assert not netns_of_run()
+    assert not netns_of_run(result["run_id"])
+
+
+def test_a_users_program_replaces_the_built_in_one(tmp_path):
+    # It gets its rank, the job's size and every rank's address; what it prints is the result.
+    # (Commands take the host placeholders, {ip} and friends: literal braces are doubled.)
+    program = (
+        "import json, os; peers = os.environ['TESTBED_PEERS'].split(','); "
+        "print(json.dumps({{'wall_s': float(os.environ['TESTBED_RANK']), "
+        "'size': int(os.environ['TESTBED_SIZE']), 'peers': len(peers), 'ip': '{ip}'}}))"
+    )
+    result = latency_penalty(
+        TOPOLOGY,
+        ranks=4,
+        rounds=1,
+        compute_s=0.0,
+        repeat=1,
+        command=f"{sys.executable} -c {shlex.quote(program)}",
+        run_dir=str(tmp_path / "run"),
+    )
+    assert result["proper"]["wall_s"] == [3.0] and result["spread"]["wall_s"] == [3.0]
+    outs = sorted((tmp_path / "run" / "hosts").rglob("spread0-r*.out"))
+    printed = [json.loads(o.read_text()) for o in outs]
+    assert [p["peers"] for p in printed] == [4, 4, 4, 4]
+    assert all(p["ip"].startswith("10.") for p in printed)  # the host's own address
+    assert not netns_of_run(result["run_id"])
