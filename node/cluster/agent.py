@@ -193,6 +193,7 @@ class ClusterAgent:
         self._awaiting: dict[Address, set[Address]] = {}  # target -> heads (us too) waiting
         self._feed_at = math.inf
         self.counters = {"measured": 0, "rounds": 0, "released": 0, "dead": 0}
+        self._advertised: tuple[Address, ...] | None = None  # cache; None: to compute
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -237,9 +238,11 @@ class ClusterAgent:
                 self._send(head, SolicitAnswer(info.epoch, ANSWER_DENY))
         self._members.clear()
         self._heads.clear()
+        self._advertised = None
         self._round = None
         self.head_state = self.client_state = "IDLE"
         self.own = (self.address,)
+        self._advertised = None
 
     def handle_message(self, source: Address, message: Message, now: float) -> str | None:
         """One cluster message; returns why it is unacceptable, or None."""
@@ -257,6 +260,7 @@ class ClusterAgent:
             info = self._heads.get(source)
             if info is not None and message.epoch >= info.epoch:
                 del self._heads[source]
+                self._advertised = None
                 self.counters["released"] += 1
                 self._client_progress(now)
             return None
@@ -441,6 +445,7 @@ class ClusterAgent:
         keep = max_clique_with(0, list(range(n)), close)
         members = tuple(roster[k] for k in keep)
         self.own = members
+        self._advertised = None
         self._members = dict.fromkeys(members[1:], now)
         confirm = Confirm(rnd.epoch, tuple(_ep(a) for a in members))
         for addr in members[1:]:
@@ -463,6 +468,7 @@ class ClusterAgent:
     def _shrink(self, now: float) -> None:
         """Members went: the rest are still a clique; tell them, and look again."""
         self.own = (self.address, *(a for a in self.own[1:] if a in self._members))
+        self._advertised = None
         epoch = self._round.epoch if self._round else self._epoch
         confirm = Confirm(epoch, tuple(_ep(a) for a in self.own))
         for addr in self._members:
@@ -556,8 +562,10 @@ class ClusterAgent:
             return "bad confirmation"
         if self.address not in members:
             del self._heads[source]
+            self._advertised = None
             return None
         info.state, info.members, info.heard = "committed", members, now
+        self._advertised = None
         self._client_progress(now)
         return None
 
@@ -625,6 +633,7 @@ class ClusterAgent:
             silence = cfg.dead_after_s + (cfg.report_timeout_s if info.state == "accepted" else 0)
             if info.state != "suitor" and now - info.heard > silence:
                 del self._heads[head]
+                self._advertised = None
                 self._rtt.pop(head, None)
                 self.counters["dead"] += 1
             elif info.state == "committed":
@@ -640,7 +649,9 @@ class ClusterAgent:
 
     def advertised(self) -> tuple[Address, ...]:
         """Symmetry (§5.1.3): the largest cluster we belong to (ours on a tie)."""
-        return max(self.belongs(), key=len)
+        if self._advertised is None:
+            self._advertised = max(self.belongs(), key=len)
+        return self._advertised
 
     def dump(self) -> dict[str, object]:
         return {
