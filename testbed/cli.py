@@ -834,10 +834,10 @@ def campaign(
 @run_folder_option
 @_handled
 def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
-    """Run an experiment spec (an overlay experiment, or kind = "predict"); prints
-    the run folder as its last line."""
+    """Run an experiment spec (an overlay experiment, or kind = "predict",
+    "cluster" or "sched"); prints the run folder as its last line."""
     from testbed.experiment import run_experiment
-    from testbed.spec import ClusterSpec, PredictSpec, load_any_spec
+    from testbed.spec import ClusterSpec, PredictSpec, SchedSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
@@ -846,6 +846,9 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
         return
     if isinstance(spec, ClusterSpec):
         print(_run_clusters(spec, data, out))
+        return
+    if isinstance(spec, SchedSpec):
+        print(_run_sched(spec, data, out))
         return
     phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
     for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
@@ -917,6 +920,33 @@ def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
             f" at {d['steady_at_s']:g} s (virtual), messages per peer p50 {d['messages_per_peer']['p50']:g},"
             f" {d['wall_s']:g} s wall"
         )
+    return run_dir
+
+
+def _run_sched(spec: Any, data: dict, out: Path | None) -> Path:
+    from testbed.sched import run_sched
+
+    with err_console.status(f"scheduling {spec.name}") as status:
+        run_dir, summary = run_sched(spec, data, out=out, progress=status.update)
+    load = summary["workload"]["offered_load_on_grid"]
+    table = Table(
+        title=f"{spec.name}: {summary['workload']['jobs']} jobs on {summary['nodes']} nodes"
+        f" (offered load {load}), bounded slowdown"
+    )
+    columns = ("variant", "completed", "failed", "mean", "median", "mode", "p95", "p99", "max")
+    for col in (*columns, "paper mean"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for variant, figures in summary["slowdown"].items():
+        counts = summary["by_variant"][variant]
+        paper = summary["paper"]["central_mean"].get(variant.split("/", 1)[1])
+        table.add_row(
+            variant,
+            str(counts["completed"]),
+            str(counts["failed"]),
+            *("-" if figures[k] is None else f"{figures[k]:g}" for k in columns[3:]),
+            "-" if paper is None else f"{paper:g} (intense SHARCNET set)",
+        )
+    console.print(table)
     return run_dir
 
 

@@ -24,6 +24,8 @@ __all__ = [
     "CampaignSpec",
     "ClusterSpec",
     "RunClustersSpec",
+    "SchedSpec",
+    "WorkloadSpec",
     "ChurnSpec",
     "DtmTechnique",
     "ExperimentSpec",
@@ -256,16 +258,19 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
-def _convert(data: dict[str, Any], source: str) -> ExperimentSpec | PredictSpec | ClusterSpec:
+def _convert(
+    data: dict[str, Any], source: str
+) -> ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec:
     kind = data.get("kind", "can")
     types = {
         "can": (ExperimentSpec, _check),
         "predict": (PredictSpec, _check_predict),
         "cluster": (ClusterSpec, _check_cluster),
+        "sched": (SchedSpec, _check_sched),
     }
     if kind not in types:
         raise InputError(
-            f"kind: expected 'can' (an overlay experiment), 'predict' or 'cluster', not {kind!r}",
+            f"kind: expected 'can' (an overlay experiment), 'predict', 'cluster' or 'sched', not {kind!r}",
             source=source,
         )
     struct, check = types[kind]
@@ -490,7 +495,7 @@ def load_spec(
 
 def load_any_spec(
     path: str | Path | None, overrides: list[str] = (), *, defaults: dict[str, Any] | None = None
-) -> tuple[ExperimentSpec | PredictSpec | ClusterSpec, dict[str, Any]]:
+) -> tuple[ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec, dict[str, Any]]:
     """Read, override and validate a spec of any kind. Returns (spec, the effective data)."""
     source = str(path) if path is not None else "<spec>"
     data: dict[str, Any] = dict(defaults or {})
@@ -511,6 +516,34 @@ def load_any_spec(
 
 def _default_prediction() -> DtmTechnique:
     return DtmTechnique(trees=9, tolerance=0.0)
+
+
+class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A job trace and what is done to it (docs/workloads.md), in this order."""
+
+    trace: str  # an SWF file (.gz too), path from the current folder
+    min_size: int = 2  # 2: parallel jobs only
+    max_size: int | None = None
+    slice: int | None = None  # the k jobs submitted over the shortest interval
+    window_s: float | None = None  # compress submissions into this long ...
+    load: float | None = None  # ... or so that the offered load on the grid is this
+    runtime_scale: float = 1.0
+
+
+class SchedSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A trace scheduled on a grid's clusterings (docs/workloads.md): for now the
+    idealised central FCFS baseline of seed 002 §4.3.2, per clustering."""
+
+    kind: Literal["sched"]
+    workload: WorkloadSpec
+    name: str = "sched"
+    seed: int = 1
+    topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
+    label: str = "cluster"  # the topology label the static clusterings cut up
+    clusterings: list[str] = msgspec.field(
+        default_factory=lambda: ["ACTUAL", "DISJOINT-64", "OVERLAP-64"]
+    )
+    schedulers: list[Literal["central"]] = msgspec.field(default_factory=lambda: ["central"])
 
 
 class RefinementSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -549,6 +582,33 @@ class ClusterSpec(msgspec.Struct, forbid_unknown_fields=True):
 
     def clustering_names(self) -> list[str]:
         return [c.replace("{N}", str(self.size)) for c in self.clusterings]
+
+
+def _check_sched(spec: SchedSpec, source: str) -> None:
+    def fail(field: str, reason: str) -> None:
+        raise InputError(f"{field}: {reason}", source=source)
+
+    _check_topology(spec.topology, fail)
+    w = spec.workload
+    if w.min_size < 1:
+        fail("workload.min_size", f"must be at least 1, not {w.min_size}")
+    if w.max_size is not None and w.max_size < w.min_size:
+        fail("workload.max_size", f"must be at least min_size ({w.min_size}), not {w.max_size}")
+    if w.slice is not None and w.slice < 1:
+        fail("workload.slice", f"must be at least 1 job, not {w.slice}")
+    if w.window_s is not None and w.load is not None:
+        fail("workload", "give window_s or load, not both")
+    for field in ("window_s", "load"):
+        value = getattr(w, field)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"workload.{field}", f"must be a positive number, not {value}")
+    if not (math.isfinite(w.runtime_scale) and w.runtime_scale > 0):
+        fail("workload.runtime_scale", f"must be a positive number, not {w.runtime_scale}")
+    if not spec.clusterings:
+        fail("clusterings", "name at least one clustering")
+    for name in spec.clusterings:
+        if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", name.strip().upper()):
+            fail("clusterings", f"{name!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
 
 
 def _check_cluster(spec: ClusterSpec, source: str) -> None:

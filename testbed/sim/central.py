@@ -71,10 +71,21 @@ def central_fcfs(
             for k in of_node.get(node, ()):
                 free_count[k] += -1 if used else 1
 
+    everyone = set(of_node)
+    at_least: dict[int, set[int]] = {}  # size -> the nodes of every cluster that large
+
+    def wide(size: int) -> set[int]:
+        if size not in at_least:
+            at_least[size] = {n for c in distinct if len(c) >= size for n in c}
+        return at_least[size]
+
     def schedule(now: float) -> None:
         reserved: set[int] = set()
         still = []
-        for job in queue:
+        for position, job in enumerate(queue):
+            if len(busy) + len(reserved) >= len(everyone):
+                still.extend(queue[position:])  # every node is busy or held for an older job
+                break
             best = None
             for k, cluster in enumerate(distinct):
                 if len(cluster) < job.size or free_count[k] < job.size:
@@ -84,9 +95,7 @@ def central_fcfs(
                     best = (len(free), free)
             if best is None:
                 still.append(job)
-                for cluster in distinct:  # nobody newer takes what it may need
-                    if len(cluster) >= job.size:
-                        reserved.update(n for n in cluster if n not in busy)
+                reserved |= wide(job.size) - busy  # nobody newer takes what it may need
                 continue
             nodes = tuple(best[1][: job.size])
             take(nodes, True)
