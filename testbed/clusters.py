@@ -35,13 +35,32 @@ from testbed.linkmodel import LinkModel
 from testbed.predict import Noise, predict_dtm
 from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.sim import Simulator
-from testbed.spec import ClusterSpec
+from testbed.spec import ClusterSpec, TopologySpec
 from testbed.topology import Topology, load_topology
 
-__all__ = ["refine_distributed", "run_clusters"]
+__all__ = ["labelled_grid", "refine_distributed", "run_clusters"]
 
 # How often the simulated run looks whether every peer is STEADY.
 CONVERGED_POLL_S = 1.0
+
+
+def labelled_grid(spec: TopologySpec, seed: int, label: str | None) -> tuple[Topology, list[str]]:
+    """The spec's grid (`{seed}` in its reference is the run's seed) and each
+    host's `label` value, which every host must have (none asked: an empty list)."""
+    topology = load_topology(spec.ref.replace("{seed}", str(seed)))
+    topology = topology.select(
+        spec.hosts, pick=spec.pick, seed=seed if spec.pick == "random" else None
+    ).scaled(spec.scale)
+    if label is None:
+        return topology, []
+    groups = [lab.get(label) for lab in topology.labels] if topology.labels else []
+    if not groups or any(g is None for g in groups):
+        raise InputError(
+            f"label: the static clusterings need every host labelled {label!r}; "
+            f"{topology.source} has {'no labels' if not groups else 'hosts without it'}",
+            source="<spec>",
+        )
+    return topology, groups
 
 
 def run_clusters(
@@ -53,20 +72,8 @@ def run_clusters(
 ) -> tuple[Path, dict[str, Any]]:
     """Run the spec; returns (run folder, summary)."""
     say = progress or (lambda _: None)
-    ref = spec.topology.ref.replace("{seed}", str(spec.seed))
-    topology = load_topology(ref)
-    pick = spec.topology.pick
-    topology = topology.select(
-        spec.topology.hosts, pick=pick, seed=spec.seed if pick == "random" else None
-    ).scaled(spec.topology.scale)
-    groups = [label.get(spec.label) for label in topology.labels] if topology.labels else []
     static = [n for n in spec.clustering_names() if n.upper() not in ("DYN", "DYN-SYM")]
-    if static and (not groups or any(g is None for g in groups)):
-        raise InputError(
-            f"label: the static clusterings need every host labelled {spec.label!r}; "
-            f"{topology.source} has {'no labels' if not groups else 'hosts without it'}",
-            source="<spec>",
-        )
+    topology, groups = labelled_grid(spec.topology, spec.seed, spec.label if static else None)
     run_dir = new_run_dir(spec.name, out)
     (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     rtt = np.asarray(topology.rtt_ms, dtype=np.float64)

@@ -23,11 +23,11 @@ import tomli_w
 from node.cluster import static_clustering
 from testbed.analysis.slowdown import bounded_slowdown, slowdown_stats
 from testbed.analysis.stats import quantiles
+from testbed.clusters import labelled_grid
 from testbed.errors import InputError
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.sim.central import central_fcfs
 from testbed.spec import SchedSpec, WorkloadSpec
-from testbed.topology import load_topology
 from testbed.workload import (
     Workload,
     compress,
@@ -78,18 +78,7 @@ def run_sched(
     """Run the spec; returns (run folder, summary)."""
     say = progress or (lambda _: None)
     started = time.monotonic()
-    topology = load_topology(spec.topology.ref.replace("{seed}", str(spec.seed)))
-    pick = spec.topology.pick
-    topology = topology.select(
-        spec.topology.hosts, pick=pick, seed=spec.seed if pick == "random" else None
-    )
-    groups = [label.get(spec.label) for label in topology.labels] if topology.labels else []
-    if not groups or any(g is None for g in groups):
-        raise InputError(
-            f"label: the clusterings need every host labelled {spec.label!r}; "
-            f"{topology.source} has {'no labels' if not groups else 'hosts without it'}",
-            source="<spec>",
-        )
+    topology, groups = labelled_grid(spec.topology, spec.seed, spec.label)
     say(f"workload {spec.workload.trace}")
     workload = prepare_workload(spec.workload, topology.n)
     run_dir = new_run_dir(spec.name, out)
