@@ -509,6 +509,7 @@ class _Offers:
         self.predicted, _ = predict_dtm(
             (rtt + rtt.T) / 2, DtmTechnique(trees=self.c.trees, tolerance=0.0), spec.seed, Noise()
         )
+        self.host_at = {engine.address_of(k): k for k in range(topology.n)}  # peer address -> host
         self.offered: dict[int, list[int]] = {}
         self.sent = 0  # offers made (control requests in the emulator)
 
@@ -550,7 +551,7 @@ class _Offers:
     ) -> dict[str, Any]:
         """DYN and DYN-SYM as the running peers have them, judged against `rtt_ms`
         (the figures of a cluster spec's summary)."""
-        index = {self.engine.address_of(k): k for k in range(len(names))}
+        index = self.host_at
         out = {}
         for key, which in (("DYN", "own"), ("DYN-SYM", "advertised")):
             clusters: list[tuple[int, ...]] = [() for _ in names]  # not running: nothing
@@ -572,7 +573,7 @@ class _Offers:
         self, dumps: list[dict[str, Any]], rtt_ms: np.ndarray, names: list[str], frozen: set[str]
     ) -> list[Any]:
         index = {name: k for k, name in enumerate(names)}
-        hosts = {self.engine.address_of(k): name for k, name in enumerate(names)}
+        hosts = {address: names[k] for address, k in self.host_at.items()}
         return check_clusters(
             dumps,
             rtt_ms,

@@ -90,15 +90,15 @@ def run_sched(
     waits: dict[str, Any] = {}
     utilisation: dict[str, float] = {}
     curves: dict[str, list[float]] = {}
+    by_id = {j.job: j for j in workload.jobs}
     for name in spec.clusterings:
         clustering = name.strip().upper()
+        clusters = static_clustering(clustering, groups)
+        widest = max(len(c) for c in clusters)
         for scheduler in spec.schedulers:
             variant = f"{scheduler}/{clustering}"
             say(f"{variant}: {submitted} jobs on {topology.n} nodes")
-            placements, unschedulable = central_fcfs(
-                workload, static_clustering(clustering, groups)
-            )
-            by_id = {j.job: j for j in workload.jobs}
+            placements, unschedulable = central_fcfs(workload, clusters)
             log = JsonLog(run_dir / f"placements-{scheduler}-{clustering}.jsonl")
             values = []
             for p in placements:
@@ -112,7 +112,6 @@ def run_sched(
                 )
                 values.append(bounded_slowdown(p.wait_s, p.end_s - p.start_s))
             log.close()
-            widest = max(len(c) for c in static_clustering(clustering, groups))
             failed = [
                 {"job": j, "reason": f"{by_id[j].size} nodes: wider than every cluster ({widest})"}
                 for j in unschedulable

@@ -142,7 +142,6 @@ class _Client:
     state: str = "solicited"  # "accepted", "denied", "member"
     tries: int = 0
     next_at: float = 0.0
-    heard: float = 0.0
     rtts_ms: list[float] | None = None  # its report, in roster order
 
 
@@ -230,9 +229,8 @@ class ClusterAgent:
 
     def leave(self, now: float) -> None:
         """Say goodbye: our members are released, our heads told we withdraw."""
-        epoch = self._round.epoch if self._round else self._epoch
         for member in self._members:
-            self._send(member, Release(epoch))
+            self._send(member, Release(self._epoch))
         for head, info in self._heads.items():
             if info.state != "suitor":
                 self._send(head, SolicitAnswer(info.epoch, ANSWER_DENY))
@@ -375,7 +373,6 @@ class ClusterAgent:
         client = rnd.clients.get(source) if rnd is not None else None
         if rnd is None or client is None or answer.epoch != rnd.epoch:
             return None  # stale: an earlier round's answer
-        client.heard = now
         if answer.answer == ANSWER_DEFER:
             client.tries = 0  # busy, not silent
             client.next_at = now + self.config.retry_s
@@ -438,10 +435,9 @@ class ClusterAgent:
             if row is not None and rnd.clients[addr].state == "accepted":
                 rtt[k] = row
         # A pair is close if it was measured (either way) and every measurement
-        # of it is within D; a lost one is infinite.
-        known, known_t = ~np.isnan(rtt), ~np.isnan(rtt.T)
-        within = lambda m, k: ~k | (np.where(k, m, 0.0) <= self.config.diameter_ms)  # noqa: E731
-        close = (known | known_t) & within(rtt, known) & within(rtt.T, known_t)
+        # of it is within D; a lost one is infinite. (fmax skips an unmeasured
+        # way; a pair measured neither way stays NaN, which is not <= D.)
+        close = np.fmax(rtt, rtt.T) <= self.config.diameter_ms
         keep = max_clique_with(0, list(range(n)), close)
         members = tuple(roster[k] for k in keep)
         self.own = members
@@ -469,8 +465,7 @@ class ClusterAgent:
         """Members went: the rest are still a clique; tell them, and look again."""
         self.own = (self.address, *(a for a in self.own[1:] if a in self._members))
         self._advertised = None
-        epoch = self._round.epoch if self._round else self._epoch
-        confirm = Confirm(epoch, tuple(_ep(a) for a in self.own))
+        confirm = Confirm(self._epoch, tuple(_ep(a) for a in self.own))
         for addr in self._members:
             self._send(addr, confirm)
         if self.head_state == "STEADY" and len(self.own) < self.config.size:
@@ -624,9 +619,8 @@ class ClusterAgent:
             self.counters["dead"] += 1
         if dead:
             self._shrink(now)
-        epoch = self._round.epoch if self._round else self._epoch
         for addr in self._members:
-            self._send(addr, ClusterBeat(epoch))
+            self._send(addr, ClusterBeat(self._epoch))
         for head, info in list(self._heads.items()):
             # An accepted head owes us a roster, then a confirmation (after its
             # reports are in, report_timeout_s at the most).
