@@ -933,18 +933,30 @@ def _run_sched(spec: Any, data: dict, out: Path | None) -> Path:
         title=f"{spec.name}: {summary['workload']['jobs']} jobs on {summary['nodes']} nodes"
         f" (offered load {load}), bounded slowdown"
     )
-    columns = ("variant", "completed", "failed", "mean", "median", "mode", "p95", "p99", "max")
-    for col in (*columns, "paper mean"):
-        table.add_column(col, justify="left" if col == "variant" else "right")
+    columns = (
+        "variant",
+        "completed",
+        "failed",
+        "lost",
+        "mean",
+        "median",
+        "mode",
+        "p95",
+        "p99",
+        "max",
+    )
+    for col in (*columns, "paper (intense SHARCNET set)"):
+        table.add_column(
+            col, justify="left" if col in ("variant", "paper (intense SHARCNET set)") else "right"
+        )
     for variant, figures in summary["slowdown"].items():
         counts = summary["by_variant"][variant]
-        paper = summary["paper"]["central_mean"].get(variant.split("/", 1)[1])
+        paper = summary["paper"].get(variant, {})
         table.add_row(
             variant,
-            str(counts["completed"]),
-            str(counts["failed"]),
-            *("-" if figures[k] is None else f"{figures[k]:g}" for k in columns[3:]),
-            "-" if paper is None else f"{paper:g} (intense SHARCNET set)",
+            *(str(counts[k]) for k in columns[1:4]),
+            *("-" if figures[k] is None else f"{figures[k]:g}" for k in columns[4:]),
+            " ".join(f"{k} {v:g}" for k, v in paper.items()) or "-",
         )
     console.print(table)
     return run_dir

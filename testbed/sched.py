@@ -1,37 +1,44 @@
 # Running a scheduling spec (kind = "sched"): a job trace, prepared as the spec
 # says (docs/workloads.md), scheduled on each clustering of a grid, and judged
-# by bounded slowdown (seed 002 §4.3). For now the scheduler is the idealised
-# central FCFS baseline of §4.3.2 (testbed/sim/central.py); the decentralised
-# ones (STATIC, QB, DLB, QB+DLB) are the scheduling issue's work and will add
-# their variants to the same table.
+# by bounded slowdown (seed 002 §4.3): the decentralised schedulers of chapter 4
+# (STATIC, QB, DLB, QB+DLB at each over-provisioning level; testbed/sim/p2psched.py)
+# beside the idealised central FCFS baseline of §4.3.2 (testbed/sim/central.py),
+# with the thesis's figures where it gives them.
 #
 # Run folder: spec.toml, workload.swf (the prepared trace, its steps in the
 # header), placements-<variant>.jsonl (each job: submit, start, end, nodes),
 # summary.json (`jobs.{submitted, completed, failed, lost}`, the failures with
 # their reasons, `slowdown.<variant>.{mean, median, mode, p95, p99, max}`,
-# waits and utilisation), slowdown.png (the CDFs).
+# waits, utilisation, and per decentralised variant its messages, moves, routing
+# hops and the node time held idle by ready tasks), slowdown.png (the CDFs).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 
 from node.cluster import static_clustering
+from node.cluster.refine import refine
 from testbed.analysis.slowdown import bounded_slowdown, slowdown_stats
 from testbed.analysis.stats import quantiles
 from testbed.clusters import labelled_grid
 from testbed.errors import InputError
+from testbed.predict import Noise, predict_dtm
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
-from testbed.sim.central import central_fcfs
+from testbed.sim.central import Placement, central_fcfs
+from testbed.sim.p2psched import Outcome, Policy, decentralised
 from testbed.spec import SchedSpec, WorkloadSpec
 from testbed.workload import (
     Workload,
     compress,
     describe,
+    head,
     read_swf,
     scale_runtime,
     select,
@@ -41,9 +48,45 @@ from testbed.workload import (
 
 __all__ = ["prepare_workload", "run_sched"]
 
-# The thesis's figures for the intense 1,000-job SHARCNET set (seed 002 §4.3.2):
-# mean bounded slowdown of the idealised central FCFS scheduler on ACTUAL.
-PAPER_CENTRAL_MEAN = {"ACTUAL": 61.4}
+# The thesis's figures for its intense 1,000-job SHARCNET set (seed 002 §4.3.2,
+# Table 4.1, Table 5.7): bounded slowdown per variant, total over-provisioning.
+PAPER: dict[str, dict[str, float]] = {
+    "central/ACTUAL": {"mean": 61.4},
+    "QB+DLB/ACTUAL": {"mean": 77.9, "median": 4, "mode": 2, "max": 3150},
+    "QB/ACTUAL": {"mean": 83.8},
+    "DLB/ACTUAL": {"mean": 91.5},
+    "QB+DLB/DISJOINT-64": {
+        "mean": 68.2,
+        "median": 2,
+        "mode": 2,
+        "p95": 180,
+        "p99": 992,
+        "max": 25147,
+    },
+    "QB+DLB/DISJOINT-128": {"mean": 33.3, "median": 2, "mode": 2, "max": 5219},
+    "QB+DLB/DISJOINT-256": {"mean": 51.3, "median": 3, "mode": 2, "max": 2910},
+    "QB+DLB/DISJOINT-512": {"mean": 39.1, "median": 3, "mode": 2, "max": 5039},
+    "QB+DLB/OVERLAP-64": {
+        "mean": 55.2,
+        "median": 2,
+        "mode": 2,
+        "p95": 285,
+        "p99": 1114,
+        "max": 4936,
+    },
+    "QB+DLB/OVERLAP-128": {"mean": 31.9, "median": 2, "mode": 2, "max": 7048},
+    "QB+DLB/OVERLAP-256": {"mean": 40.4, "median": 3, "mode": 2, "max": 5035},
+    "QB+DLB/OVERLAP-512": {"mean": 38.7, "median": 3, "mode": 2, "max": 2514},
+    "QB+DLB/DYN-64": {"mean": 313, "median": 7, "mode": 2, "p95": 2392, "p99": 6820, "max": 19632},
+    "QB+DLB/DYN-SYM-64": {
+        "mean": 86.4,
+        "median": 3,
+        "mode": 2,
+        "p95": 207,
+        "p99": 1739,
+        "max": 17957,
+    },
+}
 
 
 def prepare_workload(w: WorkloadSpec, nodes: int) -> Workload:
@@ -65,6 +108,8 @@ def prepare_workload(w: WorkloadSpec, nodes: int) -> Workload:
         window = work / (w.load * nodes)
     if window is not None:
         workload = compress(workload, window)
+    if w.first is not None:
+        workload = head(workload, w.first)
     return workload
 
 
@@ -78,7 +123,11 @@ def run_sched(
     """Run the spec; returns (run folder, summary)."""
     say = progress or (lambda _: None)
     started = time.monotonic()
-    topology, groups = labelled_grid(spec.topology, spec.seed, spec.label)
+    names = [c.strip().upper() for c in spec.clusterings]
+    static = [c for c in names if not c.startswith("DYN")]
+    topology, groups = labelled_grid(spec.topology, spec.seed, spec.label if static else None)
+    rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+    latency = np.maximum(rtt, rtt.T)  # a pair is as close as its slower way
     say(f"workload {spec.workload.trace}")
     workload = prepare_workload(spec.workload, topology.n)
     run_dir = new_run_dir(spec.name, out)
@@ -89,39 +138,44 @@ def run_sched(
     slowdown: dict[str, Any] = {}
     waits: dict[str, Any] = {}
     utilisation: dict[str, float] = {}
+    traffic: dict[str, Any] = {}
     curves: dict[str, list[float]] = {}
-    by_id = {j.job: j for j in workload.jobs}
-    for name in spec.clusterings:
-        clustering = name.strip().upper()
-        clusters = static_clustering(clustering, groups)
-        widest = max(len(c) for c in clusters)
-        for scheduler in spec.schedulers:
-            variant = f"{scheduler}/{clustering}"
+    dynamic: dict[int, Any] = {}
+    for clustering in names:
+        clusters = _clustering(spec, clustering, groups, rtt, dynamic, say)
+        usable = _within(clusters, latency, spec.latency_ms)
+        can = None
+        for variant, policy in _variants(spec, clustering):
             say(f"{variant}: {submitted} jobs on {topology.n} nodes")
-            placements, unschedulable = central_fcfs(workload, clusters)
-            log = JsonLog(run_dir / f"placements-{scheduler}-{clustering}.jsonl")
-            values = []
-            for p in placements:
-                log.write(
-                    "job",
-                    job=p.job,
-                    submit_s=p.submit_s,
-                    start_s=p.start_s,
-                    end_s=p.end_s,
-                    nodes=len(p.nodes),
+            if policy is None:
+                placements, unfit = central_fcfs(workload, usable)
+                widest = max(len(c) for c in usable)
+                failed = [
+                    (j, f"wider than every cluster within the latency bound ({widest})")
+                    for j in unfit
+                ]
+                lost: list[tuple[int, str]] = []
+            else:
+                outcome, can = decentralised(
+                    workload,
+                    clusters,
+                    latency,
+                    policy,
+                    job_latency_ms=spec.latency_ms,
+                    seed=spec.seed,
+                    can=can,
                 )
-                values.append(bounded_slowdown(p.wait_s, p.end_s - p.start_s))
-            log.close()
-            failed = [
-                {"job": j, "reason": f"{by_id[j].size} nodes: wider than every cluster ({widest})"}
-                for j in unschedulable
-            ]
+                placements, failed, lost = outcome.placements, outcome.failed, outcome.lost
+                traffic[variant] = _traffic(outcome, submitted, placements, topology.n)
+            _placements_log(run_dir / f"placements-{_file_name(variant)}.jsonl", placements)
+            values = [bounded_slowdown(p.wait_s, p.end_s - p.start_s) for p in placements]
             jobs[variant] = {
                 "submitted": submitted,
                 "completed": len(placements),
                 "failed": len(failed),
                 "lost": submitted - len(placements) - len(failed),
-                "failures": failed[:20],
+                "failures": [{"job": j, "reason": r} for j, r in failed[:20]],
+                "lost_jobs": [{"job": j, "reason": r} for j, r in lost[:20]],
             }
             slowdown[variant] = slowdown_stats(values)
             waits[variant] = quantiles([p.wait_s for p in placements])
@@ -135,18 +189,125 @@ def run_sched(
         "seed": spec.seed,
         "nodes": topology.n,
         "topology": topology.source,
+        "latency_ms": spec.latency_ms,
         "workload": describe(workload) | {"offered_load_on_grid": _load(workload, topology.n)},
         "jobs": _totals(jobs),
         "by_variant": jobs,
         "slowdown": slowdown,
         "wait_s": waits,
         "utilisation": utilisation,
-        "paper": {"central_mean": PAPER_CENTRAL_MEAN},
+        "traffic": traffic,
+        "clusterings": {str(k): v["figures"] for k, v in dynamic.items()},
+        "paper": {k: v for k, v in PAPER.items() if k in slowdown},
         "wall_s": round(time.monotonic() - started, 1),
     }
     write_json(run_dir / "summary.json", summary)
     _plot(run_dir / "slowdown.png", curves, spec.name)
     return run_dir, summary
+
+
+def _variants(spec: SchedSpec, clustering: str) -> list[tuple[str, Policy | None]]:
+    out: list[tuple[str, Policy | None]] = []
+    for scheduler in spec.schedulers:
+        if scheduler == "central":
+            out.append((f"central/{clustering}", None))
+            continue
+        for level in spec.overprovision:
+            policy = Policy(
+                dlb="dlb" in scheduler,
+                qb="qb" in scheduler,
+                overprovision=None if level == "total" else float(level),
+                indirect=spec.balance.neighbours == "indirect",
+                period_s=spec.balance.period_s,
+                update_s=spec.balance.update_s,
+            )
+            suffix = "" if level == "total" else f" x{level:g}"
+            out.append((f"{policy.name}{suffix}/{clustering}", policy))
+    return out
+
+
+def _clustering(
+    spec: SchedSpec,
+    name: str,
+    groups: list[str],
+    rtt: np.ndarray,
+    dynamic: dict[int, Any],
+    say: Callable[[str], None],
+) -> list[tuple[int, ...]]:
+    """What every node advertises: a static clustering of the groups, or DYN-n /
+    DYN-SYM-n refined from DTM's predictions (computed once per n)."""
+    if not name.startswith("DYN"):
+        return static_clustering(name, groups)
+    n = int(name.rsplit("-", 1)[1])
+    if n not in dynamic:
+        say(f"DTM predictions ({spec.prediction.trees} trees) and refinement for DYN-{n}")
+        began = time.monotonic()
+        predicted, _ = predict_dtm(rtt, spec.prediction, spec.seed, Noise(0.0, 0.0, 1.0))
+        refined = refine(
+            predicted,
+            (rtt + rtt.T) / 2,
+            spec.diameter_ms,
+            n,
+            n,
+            criterion=spec.criterion,
+            rng=random.Random(f"{spec.seed}/refine"),
+            aggregate=spec.aggregate,
+        )
+        sizes = {
+            key: quantiles([len(c) for c in clusters])
+            for key, clusters in (("DYN", refined.filtered), ("DYN-SYM", refined.symmetric))
+        }
+        dynamic[n] = {
+            "DYN": refined.filtered,
+            "DYN-SYM": refined.symmetric,
+            "figures": {"sizes": sizes, "wall_s": round(time.monotonic() - began, 1)},
+        }
+    return dynamic[n]["DYN-SYM" if name.startswith("DYN-SYM") else "DYN"]
+
+
+def _within(
+    clusters: list[tuple[int, ...]], latency: np.ndarray, bound_ms: float
+) -> list[tuple[int, ...]]:
+    """The clusters a parallel job may use: those within the latency bound; a node
+    of a wider one is alone (it may run serial jobs only)."""
+    out = []
+    for node, cluster in enumerate(clusters):
+        members = list(cluster)
+        ok = len(members) > 1 and latency[np.ix_(members, members)].max() <= bound_ms
+        out.append(tuple(cluster) if ok else (node,))
+    return out
+
+
+def _traffic(
+    outcome: Outcome, submitted: int, placements: list[Placement], nodes: int
+) -> dict[str, Any]:
+    span = max((p.end_s for p in placements), default=0.0)
+    return {
+        "messages": dict(outcome.messages),
+        "messages_per_job": round(sum(outcome.messages.values()) / max(submitted, 1), 1),
+        "moves": dict(outcome.moves),
+        "route_hops": quantiles(outcome.route_hops),
+        "held_idle_s": round(outcome.held_idle_s, 1),
+        "held_idle_share": round(outcome.held_idle_s / max(span * nodes, 1e-9), 4),
+    }
+
+
+def _file_name(variant: str) -> str:
+    return variant.replace("/", "-").replace(" ", "").replace("+", "_")
+
+
+def _placements_log(path: Path, placements: list[Placement]) -> None:
+    log = JsonLog(path)
+    for p in placements:
+        log.write(
+            "job",
+            job=p.job,
+            submit_s=p.submit_s,
+            start_s=p.start_s,
+            end_s=p.end_s,
+            nodes=len(p.nodes),
+        )
+    log.close()
 
 
 def _load(workload: Workload, nodes: int) -> float | None:

@@ -528,11 +528,22 @@ class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
     window_s: float | None = None  # compress submissions into this long ...
     load: float | None = None  # ... or so that the offered load on the grid is this
     runtime_scale: float = 1.0
+    first: int | None = None  # last: keep the first k jobs (the thesis's intense set: 1,000)
+
+
+class BalanceSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """How the decentralised schedulers balance (seed 002 §4.2; the periods are
+    not given by the thesis)."""
+
+    period_s: float = 10.0  # every node runs DLB / QB this often
+    update_s: float = 10.0  # CAN maintenance: residue and maxQL are this stale at most
+    neighbours: Literal["direct", "indirect"] = "indirect"
 
 
 class SchedSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """A trace scheduled on a grid's clusterings (docs/workloads.md): for now the
-    idealised central FCFS baseline of seed 002 §4.3.2, per clustering."""
+    """A trace scheduled on a grid's clusterings (docs/workloads.md): the
+    decentralised schedulers of seed 002 chapter 4 (STATIC, QB, DLB, QB+DLB, at
+    each over-provisioning level) beside the idealised central FCFS baseline."""
 
     kind: Literal["sched"]
     workload: WorkloadSpec
@@ -543,7 +554,19 @@ class SchedSpec(msgspec.Struct, forbid_unknown_fields=True):
     clusterings: list[str] = msgspec.field(
         default_factory=lambda: ["ACTUAL", "DISJOINT-64", "OVERLAP-64"]
     )
-    schedulers: list[Literal["central"]] = msgspec.field(default_factory=lambda: ["central"])
+    schedulers: list[Literal["central", "static", "qb", "dlb", "qb+dlb"]] = msgspec.field(
+        default_factory=lambda: ["central", "qb+dlb"]
+    )
+    overprovision: list[float | Literal["total"]] = msgspec.field(default_factory=lambda: ["total"])
+    latency_ms: float = (
+        0.2  # every parallel job's latency bound (the SHARCNET interconnects: <= 150 us)
+    )
+    balance: BalanceSpec = msgspec.field(default_factory=BalanceSpec)
+    # DYN-<n> and DYN-SYM-<n>: refined (serialized, seed 002 §5.1) from DTM's predictions
+    diameter_ms: float = 0.010
+    criterion: Literal["fcfs", "global", "greedy"] = "global"
+    aggregate: int = 2
+    prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
 
 
 class RefinementSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -594,8 +617,9 @@ def _check_sched(spec: SchedSpec, source: str) -> None:
         fail("workload.min_size", f"must be at least 1, not {w.min_size}")
     if w.max_size is not None and w.max_size < w.min_size:
         fail("workload.max_size", f"must be at least min_size ({w.min_size}), not {w.max_size}")
-    if w.slice is not None and w.slice < 1:
-        fail("workload.slice", f"must be at least 1 job, not {w.slice}")
+    for field in ("slice", "first"):
+        if getattr(w, field) is not None and getattr(w, field) < 1:
+            fail(f"workload.{field}", f"must be at least 1 job, not {getattr(w, field)}")
     if w.window_s is not None and w.load is not None:
         fail("workload", "give window_s or load, not both")
     for field in ("window_s", "load"):
@@ -607,8 +631,30 @@ def _check_sched(spec: SchedSpec, source: str) -> None:
     if not spec.clusterings:
         fail("clusterings", "name at least one clustering")
     for name in spec.clusterings:
-        if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", name.strip().upper()):
-            fail("clusterings", f"{name!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
+        if not re.fullmatch(
+            r"ACTUAL|(DISJOINT|OVERLAP|DYN|DYN-SYM)-[1-9][0-9]*", name.strip().upper()
+        ):
+            fail(
+                "clusterings",
+                f"{name!r}: expected ACTUAL, DISJOINT-<n>, OVERLAP-<n>, DYN-<n> or DYN-SYM-<n>",
+            )
+    if not spec.schedulers:
+        fail("schedulers", "name at least one scheduler")
+    if not spec.overprovision:
+        fail("overprovision", 'name at least one level ("total" or a factor >= 1)')
+    for level in spec.overprovision:
+        if level != "total" and not (math.isfinite(level) and level >= 1):
+            fail("overprovision", f'{level!r}: expected "total" or a factor >= 1')
+    for field in ("latency_ms", "diameter_ms"):
+        value = getattr(spec, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(field, f"must be a positive number of ms, not {value}")
+    for field in ("period_s", "update_s"):
+        value = getattr(spec.balance, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(f"balance.{field}", f"must be a positive number of seconds, not {value}")
+    if spec.aggregate < 1:
+        fail("aggregate", f"must be at least 1, not {spec.aggregate}")
 
 
 def _check_cluster(spec: ClusterSpec, source: str) -> None:

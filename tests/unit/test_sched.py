@@ -18,6 +18,7 @@ SMALL = {
     "name": "sched-small",
     "topology": {"ref": "sharcnet:1", "hosts": 300, "pick": "random"},
     "clusterings": ["ACTUAL", "DISJOINT-4", "OVERLAP-16"],
+    "schedulers": ["central", "static", "qb+dlb"],
     "workload": {
         "trace": str(ROOT / "traces/pwa/DAS2-fs1-2003-1.swf.gz"),
         "slice": 1000,
@@ -30,20 +31,28 @@ def test_every_job_completes_or_fails_with_a_reason(tmp_path):
     spec, data = load_any_spec(None, [], defaults=SMALL)
     run_dir, summary = run_sched(spec, data, out=tmp_path / "run")
     assert list(summary["slowdown"]) == [
-        "central/ACTUAL",
-        "central/DISJOINT-4",
-        "central/OVERLAP-16",
+        f"{s}/{c}"
+        for c in ("ACTUAL", "DISJOINT-4", "OVERLAP-16")
+        for s in ("central", "STATIC", "QB+DLB")
     ]
     for variant, counts in summary["by_variant"].items():
         assert counts["submitted"] == 1000 and counts["lost"] == 0, variant
         assert counts["completed"] + counts["failed"] == 1000
-        placements = (run_dir / f"placements-{variant.replace('/', '-')}.jsonl").read_text()
+        name = variant.replace("/", "-").replace("+", "_")
+        placements = (run_dir / f"placements-{name}.jsonl").read_text()
         assert len(placements.splitlines()) == counts["completed"]
-    # Pieces of 4 cannot hold the wider jobs: they fail, each with its reason.
+    # Pieces of 4 cannot hold the wider jobs: they fail, each with its reason,
+    # and the same jobs under every scheduler.
     pieces = summary["by_variant"]["central/DISJOINT-4"]
     assert pieces["failed"] > 0 and all(
-        "wider than every cluster (4)" in f["reason"] for f in pieces["failures"]
+        "wider than every cluster within the latency bound (4)" in f["reason"]
+        for f in pieces["failures"]
     )
+    assert summary["by_variant"]["QB+DLB/DISJOINT-4"]["failed"] == pieces["failed"]
+    # Balancing moves jobs, and the messages are counted.
+    traffic = summary["traffic"]["QB+DLB/ACTUAL"]
+    assert sum(traffic["moves"].values()) > 0 and traffic["messages"]["dispatch"] >= 1000
+    assert summary["traffic"]["STATIC/ACTUAL"]["moves"] == {}
     assert summary["jobs"]["lost"] == 0
     assert summary["slowdown"]["central/ACTUAL"]["mean"] >= 1.0
     assert summary["workload"]["offered_load_on_grid"] == pytest.approx(1.5, rel=0.01)
@@ -60,6 +69,11 @@ def test_every_job_completes_or_fails_with_a_reason(tmp_path):
         ("workload.slice=0", "workload.slice"),
         ('clusterings=["HALVES"]', "HALVES"),
         ("workload.min_size=0", "workload.min_size"),
+        ("overprovision=[0.5]", "overprovision"),
+        ('schedulers=["fifo"]', "schedulers"),
+        ("balance.period_s=0", "balance.period_s"),
+        ("latency_ms=-1", "latency_ms"),
+        ("workload.first=0", "workload.first"),
     ],
 )
 def test_bad_sched_specs_are_named(override, says):
