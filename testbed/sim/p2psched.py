@@ -223,6 +223,7 @@ class _Rep:
     ready: list[_Task] = field(default_factory=list)
     started_s: float | None = None
     nodes: tuple[int, ...] = ()
+    task_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     done: int = 0
     end_s: float = 0.0
     moved: bool = False
@@ -301,6 +302,8 @@ class _Run:
         self.offsets = np.cumsum([0] + [len(c) for c in members[:-1]])
         self.queue: list[list[tuple[tuple[float, int], int, _Task]]] = [[] for _ in range(n)]
         self.running: list[_Task | None] = [None] * n
+        self.qlen = np.zeros(n, dtype=np.int64)  # runnable tasks: running and queued
+        self.changed = True  # since balancing last looked
         self.held: list[_Task | None] = [None] * n
         self.held_since = [0.0] * n
         self.events: list = []
@@ -348,11 +351,11 @@ class _Run:
         while self.events:
             t, _, fn, args = heapq.heappop(self.events)
             self.now = t
+            if fn != self.balance:
+                self.changed = True
             fn(*args)
             self.settle()
             if self.unfinished == 0:
-                break
-            if self.stalled():
                 break
         for reps in self.idle.values():
             for rep in reps:
@@ -364,10 +367,6 @@ class _Run:
                 )
         self.out.placements.sort(key=lambda p: (p.start_s, p.job))
         return self.out, self.can
-
-    def stalled(self) -> bool:
-        """Only balancer ticks left and nothing running: no job can progress."""
-        return all(fn == self.balance for _, _, fn, _ in self.events) and not any(self.running)
 
     # ---- a job's way in ----
 
@@ -463,7 +462,9 @@ class _Run:
             task = _Task(rep, m)
             rep.tasks.append(task)
             insort(self.queue[m], (rep.key, id(task), task))
+            self.qlen[m] += 1
             self.dirty.append(m)
+        rep.task_nodes = np.asarray(targets, dtype=np.int64)
         self.out.messages["dispatch"] += len(targets)
 
     # ---- nodes ----
@@ -497,6 +498,7 @@ class _Run:
 
     def unqueue(self, task: _Task) -> None:
         del self.queue[task.node][self.position(task)]
+        self.qlen[task.node] -= 1
 
     def release(self, m: int) -> None:
         self.out.held_idle_s += self.now - self.held_since[m]
@@ -512,6 +514,7 @@ class _Run:
             self.release(m)
             self.unqueue(task)
             self.running[m] = task
+            self.qlen[m] += 1
             self.at(self.now + runtime, self.finish, task)
         self.out.messages["start"] += len(chosen)
         rep.nodes = tuple(sorted(t.node for t in chosen))
@@ -533,6 +536,7 @@ class _Run:
     def finish(self, task: _Task) -> None:
         m = task.node
         self.running[m] = None
+        self.qlen[m] -= 1
         self.dirty.append(m)
         rep = task.rep
         rep.done += 1
@@ -548,13 +552,14 @@ class _Run:
     # ---- balancing ----
 
     def qlen_now(self, nodes: np.ndarray) -> np.ndarray:
-        return np.array([len(self.queue[m]) + (self.running[m] is not None) for m in nodes])
+        return self.qlen[nodes]
 
     def refresh(self) -> None:
         """The CAN maintenance data, as of the last update period."""
         tick = math.floor(self.now / self.policy.update_s)
         if tick == self.snapshot_at:
             return
+        rounds = self.n if self.snapshot_at == -math.inf else min(tick - self.snapshot_at, self.n)
         self.snapshot_at = tick
         qlen = self.qlen_now(np.arange(self.n))
         self.snap_qlen = qlen
@@ -562,20 +567,29 @@ class _Run:
         self.snap_free = np.add.reduceat(free, self.offsets)[self.cluster_id]
         self.snap_maxql = np.maximum.reduceat(qlen[self.flat], self.offsets)[self.cluster_id]
         # Queued tasks above every node, one round of updates per period (stale, as Kim's).
-        self.snap_above_load = self.can.aggregate(qlen.astype(np.float64), 1, self.snap_above_load)
+        self.snap_above_load = self.can.aggregate(
+            qlen.astype(np.float64), int(rounds), self.snap_above_load
+        )
 
     def average_qp(self, rep: _Rep) -> float:
         total = sum(self.position(t) + (self.running[t.node] is not None) for t in rep.tasks)
         return total / max(len(rep.tasks), 1)
 
     def balance(self) -> None:
-        if self.unfinished == 0:
+        """One period of DLB / QB on every node with idle jobs. Skipped when
+        nothing happened since a period that moved nothing: the same views
+        give the same (empty) answer. With nothing left to happen but this
+        timer, the run ends (and reports what never started)."""
+        if self.unfinished == 0 or not self.events:
             return
-        self.refresh()
-        nodes = [m for m, reps in self.idle.items() if reps]
-        self.rng.shuffle(nodes)
-        for n in nodes:
-            self.balance_node(n)
+        if self.changed:
+            self.refresh()
+            moves = sum(self.out.moves.values())
+            nodes = [m for m, reps in self.idle.items() if reps]
+            self.rng.shuffle(nodes)
+            for n in nodes:
+                self.balance_node(n)
+            self.changed = sum(self.out.moves.values()) != moves
         self.at(self.now + self.policy.period_s, self.balance)
 
     def balance_node(self, n: int) -> None:
@@ -603,6 +617,8 @@ class _Run:
                     if not ok.any():
                         continue
                     worst = self.snap_qlen[near] if job.size == 1 else self.snap_maxql[near]
+                    if worst[ok].min() >= self.qlen[rep.task_nodes].max() - 2:
+                        continue  # no candidate can beat it: averageQP <= max qlen - 1
                     ok &= worst < self.average_qp(rep) - 1
                 if ok.any():
                     self.move(rep, self.minimum(near[ok]), algorithm)
