@@ -48,7 +48,9 @@
 #   by up to that long; averageQP is the job's own tasks' mean queue position
 #   (their reports). "Minimum" is a random candidate that no other strictly
 #   dominates in (size, inverse latency). A moved job's tasks are cancelled and
-#   the new node dispatches again in its own cluster.
+#   the new node dispatches again in its own cluster. QB never moves a job back
+#   to a cluster it left: its view of maxQL is stale, so c1 alone let jobs
+#   ping-pong between two clusters.
 
 from __future__ import annotations
 
@@ -226,7 +228,8 @@ class _Rep:
     task_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     done: int = 0
     end_s: float = 0.0
-    moved: bool = False
+    moved: bool = False  # by DLB (once only)
+    left: list[int] = field(default_factory=list)  # clusters it was moved from
     in_transit: bool = False
 
 
@@ -304,6 +307,8 @@ class _Run:
         self.running: list[_Task | None] = [None] * n
         self.qlen = np.zeros(n, dtype=np.int64)  # runnable tasks: running and queued
         self.changed = True  # since balancing last looked
+        self.events_done = 0  # events other than balancing, so far
+        self.snap_events = -1  # ... when the snapshot was taken
         self.held: list[_Task | None] = [None] * n
         self.held_since = [0.0] * n
         self.events: list = []
@@ -353,6 +358,7 @@ class _Run:
             self.now = t
             if fn != self.balance:
                 self.changed = True
+                self.events_done += 1
             fn(*args)
             self.settle()
             if self.unfinished == 0:
@@ -433,11 +439,33 @@ class _Run:
                 break
             x = target
             path.append(x)
-        if best is None:
-            raise RuntimeError("pushing found no capable node")  # the widest cluster is capable
+        if best is None:  # upward led to a corner of incapable nodes: search outward
+            best = self.nearest_capable(x, need, path)
         if best != path[-1]:
             path.append(best)
         return best
+
+    def nearest_capable(self, start: int, need: np.ndarray, path: list[int]) -> int:
+        """Breadth-first over direct neighbours from `start` to the first capable
+        node, its way appended to `path`. Pushing goes upward only, and a
+        half-way split can leave an incapable node (a singleton) owning the top
+        corner of the space: this is the way out. The grid always holds a
+        capable node (wider jobs fail before routing)."""
+        parent = {start: start}
+        frontier = deque([start])
+        while frontier:
+            x = frontier.popleft()
+            if self.capable(np.array([x]), need)[0]:
+                way = [x]
+                while way[-1] != start:
+                    way.append(parent[way[-1]])
+                path.extend(reversed(way[:-1]))
+                return x
+            for m in self.can.direct[x].tolist():
+                if m not in parent:
+                    parent[m] = x
+                    frontier.append(m)
+        raise RuntimeError("no capable node in the grid")  # run() fails such jobs first
 
     def settle_rep(self, rep: _Rep, node: int) -> None:
         """The representative starts on `node` and dispatches its tasks."""
@@ -445,9 +473,10 @@ class _Run:
         rep.tasks, rep.ready = [], []
         self.idle.setdefault(node, set()).add(rep)
         job = rep.job
-        if job.size == 1:  # a serial job: the owner picks the least-loaded capable neighbour
+        if job.size == 1:  # a serial job: the owner picks the least-loaded neighbour it knows of
+            self.refresh()
             near = np.append(self.can.around[node], node)
-            qlen = self.qlen_now(near)
+            qlen = self.snap_qlen[near]
             best = near[qlen == qlen.min()]
             targets = [int(best[self.rng.randrange(len(best))])]
         else:
@@ -555,10 +584,13 @@ class _Run:
         return self.qlen[nodes]
 
     def refresh(self) -> None:
-        """The CAN maintenance data, as of the last update period."""
+        """The CAN maintenance data: taken at the first use in each update
+        period, so up to `update_s` old; the aggregation runs one round per
+        period elapsed (on the loads of now)."""
         tick = math.floor(self.now / self.policy.update_s)
         if tick == self.snapshot_at:
             return
+        self.snap_events = self.events_done
         rounds = self.n if self.snapshot_at == -math.inf else min(tick - self.snapshot_at, self.n)
         self.snapshot_at = tick
         qlen = self.qlen_now(np.arange(self.n))
@@ -577,12 +609,13 @@ class _Run:
 
     def balance(self) -> None:
         """One period of DLB / QB on every node with idle jobs. Skipped when
-        nothing happened since a period that moved nothing: the same views
-        give the same (empty) answer. With nothing left to happen but this
-        timer, the run ends (and reports what never started)."""
+        nothing happened since a period that moved nothing and that period's
+        views already held every event: the same views give the same (empty)
+        answer. With nothing left to happen but this timer, the run ends (and
+        reports what never started)."""
         if self.unfinished == 0 or not self.events:
             return
-        if self.changed:
+        if self.changed or self.snap_events != self.events_done:
             self.refresh()
             moves = sum(self.out.moves.values())
             nodes = [m for m, reps in self.idle.items() if reps]
@@ -620,6 +653,7 @@ class _Run:
                     if worst[ok].min() >= self.qlen[rep.task_nodes].max() - 2:
                         continue  # no candidate can beat it: averageQP <= max qlen - 1
                     ok &= worst < self.average_qp(rep) - 1
+                    ok &= ~np.isin(self.cluster_id[near], rep.left)  # no way back: stale maxQL
                 if ok.any():
                     self.move(rep, self.minimum(near[ok]), algorithm)
                     return
@@ -630,6 +664,7 @@ class _Run:
         for task in rep.ready:
             task.ready = False
         rep.moved = rep.moved or algorithm == "dlb"
+        rep.left.append(int(self.cluster_id[rep.node]))
         rep.in_transit = True
         self.out.moves[algorithm] += 1
         self.out.messages["move"] += 1

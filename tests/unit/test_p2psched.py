@@ -12,7 +12,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from testbed.sim.p2psched import Can, Policy, decentralised
+from testbed.sim.p2psched import Can, Policy, _key, _Rep, _Run, decentralised
 from testbed.workload import Job, Workload
 
 
@@ -120,22 +120,39 @@ def test_jobs_wider_than_every_capable_cluster_fail_with_their_reason():
 
 
 def test_an_older_task_takes_the_node_from_a_newer_ready_one():
-    # One cluster of 4; job 1 (older) needs all 4 but reaches the nodes after
-    # job 2 (newer, 2 nodes) is ready on them: the deadlock rule makes way.
+    # One cluster of 4 with one node busy. The newer job (2 nodes) is ready on
+    # the idle ones when a task of an older job (all 4) reaches them: the older
+    # takes the heads, the newer loses its ready state and waits behind.
     groups = [0] * 4
-    clusters = actual(groups)
-    running = Job(1, 0.0, run_s=100, procs=2)
     older = Job(2, 1.0, run_s=10, procs=4)
-    newer = Job(3, 1.0005, run_s=10, procs=2)
-    workload = Workload([running, older, newer])
-    outcome, _ = decentralised(
-        workload, clusters, grid(groups), Policy(dlb=False, qb=False), job_latency_ms=0.2, seed=2
+    newer = Job(3, 2.0, run_s=10, procs=3)
+    blocker = Job(1, 0.0, run_s=100, procs=1)
+    run = _Run(
+        Workload([blocker, older, newer]),
+        actual(groups),
+        grid(groups),
+        Policy(dlb=False, qb=False, overprovision=1.0),
+        0.2,
+        1,
+        None,
     )
-    check_schedule(workload, clusters, outcome)
-    start = {p.job: p.start_s for p in outcome.placements}
-    assert start[2] == pytest.approx(100.0, abs=0.1)  # when job 1 frees its nodes
-    assert start[3] >= start[2] + 10 - 1e-6  # FCFS: the newer waits for the older
-    assert outcome.held_idle_s > 0  # job 2's tasks held two nodes idle meanwhile
+    run.now = 0.0
+    run.settle_rep(_Rep(blocker, _key(blocker), 0), 0)
+    run.settle()
+    busy = next(m for m in range(4) if run.running[m] is not None)
+    run.now = 2.0
+    late = _Rep(newer, _key(newer), 0)
+    run.settle_rep(late, 0)
+    run.settle()
+    assert len(late.ready) == 3 - (busy in late.task_nodes) and late.started_s is None
+    run.now = 3.0  # the older job's tasks arrive (a move, a slow route)
+    early = _Rep(older, _key(older), 0)
+    run.settle_rep(early, 0)
+    run.settle()
+    assert run.out.messages["unready"] == len([t for t in late.tasks if t.node != busy])
+    assert late.ready == [] and len(early.ready) == 3  # all idle nodes now hold the older job
+    assert all(run.held[m].rep is early for m in range(4) if m != busy)
+    assert run.out.held_idle_s == pytest.approx(len(late.tasks) - (busy in late.task_nodes))
 
 
 def test_balancing_beats_static_when_the_load_lands_on_one_cluster():
@@ -174,3 +191,27 @@ def test_over_provisioning_sends_size_times_factor_tasks():
         counts[factor] = outcome.messages["dispatch"]
         assert outcome.messages["cancel"] == counts[factor] - 4
     assert counts == {None: 32, 1.0: 4, 1.5: 6, 8.0: 32}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_serial_jobs_and_singletons_find_their_way(seed):
+    # Singletons are never capable of a parallel job; a half-way split can hand
+    # one the top corner of the space, where pushing upward ends: the search
+    # goes outward then. Serial jobs run anywhere, on one node.
+    groups = [0] * 16 + list(range(1, 101))
+    clusters = actual(groups)
+    rng = random.Random(seed)
+    workload = Workload(
+        [
+            Job(k + 1, float(k), run_s=rng.randint(5, 60), procs=rng.choice((1, 1, 2, 4)))
+            for k in range(120)
+        ]
+    )
+    for policy in (Policy(dlb=False, qb=False), Policy()):
+        outcome, _ = decentralised(
+            workload, clusters, grid(groups), policy, job_latency_ms=0.2, seed=seed
+        )
+        check_schedule(workload, clusters, outcome)
+        assert len(outcome.placements) == 120
+        wide = [p for p in outcome.placements if len(p.nodes) > 1]
+        assert wide and all(max(p.nodes) < 16 for p in wide)
