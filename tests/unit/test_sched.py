@@ -81,6 +81,14 @@ def test_bad_sched_specs_are_named(override, says):
         load_any_spec(None, [override], defaults=SMALL)
 
 
-def test_the_bundled_sched_spec_is_valid():
-    spec, _ = load_any_spec(ROOT / "scripts" / "experiments" / "sched-central-sim.toml")
-    assert spec.kind == "sched" and spec.workload.slice == 1000
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "scripts" / "experiments").glob("sched-*.toml")), ids=lambda p: p.stem
+)
+def test_the_bundled_sched_specs_are_valid(path):
+    spec, _ = load_any_spec(path)
+    assert spec.kind == "sched" and Path(spec.workload.trace).exists()
+
+
+def test_the_bundled_sched_specs_are_all_found():
+    names = {p.stem for p in (ROOT / "scripts" / "experiments").glob("sched-*.toml")}
+    assert {"sched-central-sim", "sched-intense-sim", "sched-narrow-sim"} <= names
