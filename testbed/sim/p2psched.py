@@ -213,7 +213,6 @@ class _Task:
     rep: _Rep
     node: int
     ready: bool = False
-    alive: bool = True
 
 
 @dataclass(eq=False)
@@ -230,7 +229,6 @@ class _Rep:
     end_s: float = 0.0
     moved: bool = False  # by DLB (once only)
     left: list[int] = field(default_factory=list)  # clusters it was moved from
-    in_transit: bool = False
 
 
 def _key(job: Job) -> tuple[float, int]:
@@ -387,7 +385,6 @@ class _Run:
         self.out.messages["route"] += len(path) - 1
         delay = sum(self.delay_s[a, b] for a, b in pairwise(path))
         rep = _Rep(job, _key(job), end)
-        rep.in_transit = True
         self.at(self.now + delay, self.settle_rep, rep, end)
 
     def capable(self, nodes: np.ndarray, need: np.ndarray) -> np.ndarray:
@@ -469,7 +466,7 @@ class _Run:
 
     def settle_rep(self, rep: _Rep, node: int) -> None:
         """The representative starts on `node` and dispatches its tasks."""
-        rep.node, rep.in_transit = node, False
+        rep.node = node
         rep.tasks, rep.ready = [], []
         self.idle.setdefault(node, set()).add(rep)
         job = rep.job
@@ -554,7 +551,6 @@ class _Run:
     def cancel(self, rep: _Rep, tasks: list[_Task]) -> None:
         for task in tasks:
             m = task.node
-            task.alive = False
             self.unqueue(task)
             if self.held[m] is task:
                 self.release(m)
@@ -580,9 +576,6 @@ class _Run:
 
     # ---- balancing ----
 
-    def qlen_now(self, nodes: np.ndarray) -> np.ndarray:
-        return self.qlen[nodes]
-
     def refresh(self) -> None:
         """The CAN maintenance data: taken at the first use in each update
         period, so up to `update_s` old; the aggregation runs one round per
@@ -593,7 +586,7 @@ class _Run:
         self.snap_events = self.events_done
         rounds = self.n if self.snapshot_at == -math.inf else min(tick - self.snapshot_at, self.n)
         self.snapshot_at = tick
-        qlen = self.qlen_now(np.arange(self.n))
+        qlen = self.qlen.copy()
         self.snap_qlen = qlen
         free = (qlen == 0).astype(np.int64)[self.flat]
         self.snap_free = np.add.reduceat(free, self.offsets)[self.cluster_id]
@@ -665,7 +658,6 @@ class _Run:
             task.ready = False
         rep.moved = rep.moved or algorithm == "dlb"
         rep.left.append(int(self.cluster_id[rep.node]))
-        rep.in_transit = True
         self.out.moves[algorithm] += 1
         self.out.messages["move"] += 1
         self.at(self.now + self.delay_s[rep.node, m], self.settle_rep, rep, m)
