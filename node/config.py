@@ -5,7 +5,8 @@
 #    "can": {"space": [{"name": "cpu", "lo": 0, "hi": 500, "virtual": false}, ...],
 #            "update_interval_s": 2.0, ...any other CanConfig field},
 #    "probe": {"samples": 5, ...any ProbeConfig field},      (optional)
-#    "cluster": {"diameter_ms": 0.2, ...any ClusterConfig field}}  (optional)
+#    "cluster": {"diameter_ms": 0.2, ...any ClusterConfig field},  (optional)
+#    "sched": {"beat_s": 2.0, ...any SchedConfig field}}  (optional)
 #
 # Unknown fields are errors (a typo must not silently fall back to a default).
 
@@ -22,6 +23,7 @@ from node.can.overlay import CanConfig
 from node.cluster.agent import ClusterConfig
 from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
+from node.sched.agent import SchedConfig
 
 __all__ = ["ConfigError", "config_from_dict", "config_to_dict", "load_config"]
 
@@ -33,6 +35,7 @@ class ConfigError(ValueError):
 _CAN_FIELDS = {f.name for f in dataclasses.fields(CanConfig)} - {"space"}
 _PROBE_FIELDS = {f.name for f in dataclasses.fields(ProbeConfig)}
 _CLUSTER_FIELDS = {f.name for f in dataclasses.fields(ClusterConfig)}
+_SCHED_FIELDS = {f.name for f in dataclasses.fields(SchedConfig)}
 
 
 def config_to_dict(config: NodeConfig) -> dict[str, Any]:
@@ -43,6 +46,7 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
         "can": can,
         "probe": dataclasses.asdict(config.probe),
         "cluster": dataclasses.asdict(config.cluster) if config.cluster else None,
+        "sched": dataclasses.asdict(config.sched) if config.sched else None,
     }
 
 
@@ -52,10 +56,11 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
 
     if not isinstance(data, dict):
         raise fail("(top)", "expected a JSON object")
-    unknown = set(data) - {"grid_key", "can", "probe", "cluster"}
+    unknown = set(data) - {"grid_key", "can", "probe", "cluster", "sched"}
     if unknown:
         raise fail(
-            ", ".join(sorted(unknown)), "unknown field (expected grid_key, can, probe, cluster)"
+            ", ".join(sorted(unknown)),
+            "unknown field (expected grid_key, can, probe, cluster, sched)",
         )
     can = data.get("can")
     if not isinstance(can, dict):
@@ -82,7 +87,8 @@ def config_from_dict(data: Any, *, source: str = "config") -> NodeConfig:
             raise fail("grid_key", "expected a hex string") from None
     probe_config = _section(data, "probe", ProbeConfig, _PROBE_FIELDS, fail, default={})
     cluster_config = _section(data, "cluster", ClusterConfig, _CLUSTER_FIELDS, fail, default=None)
-    return NodeConfig(can_config, key, probe_config, cluster_config)
+    sched_config = _section(data, "sched", SchedConfig, _SCHED_FIELDS, fail, default=None)
+    return NodeConfig(can_config, key, probe_config, cluster_config, sched_config)
 
 
 def _section(

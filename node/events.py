@@ -13,6 +13,12 @@ __all__ = [
     "Event",
     "Evicted",
     "Inconsistent",
+    "JobAdopted",
+    "JobEnded",
+    "JobFinished",
+    "JobHandedOver",
+    "JobStarted",
+    "JobSubmitted",
     "JoinRetrying",
     "Joined",
     "Left",
@@ -122,6 +128,69 @@ class ClusterChanged(Event):
     advertised: int  # size of the cluster we advertise (DYN-SYM)
     head: str  # the head's state
     client: str  # the client's state
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted(Event):
+    """A job was submitted here (this peer is its entry: it reports the outcome)."""
+
+    kind: ClassVar[str] = "job_submitted"
+    job: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted(Event):
+    """As representative: enough dependent tasks were ready, the ranks were started."""
+
+    kind: ClassVar[str] = "job_started"
+    job: int
+    attempt: int
+    round: int
+    ranks: tuple[str, ...]  # each rank's host
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished(Event):
+    """As representative: an attempt ended (ok, or why not)."""
+
+    kind: ClassVar[str] = "job_finished"
+    job: int
+    attempt: int
+    ok: bool
+    reason: str
+    run_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnded(Event):
+    """As entry: the job's outcome, once (completed, or failed with the reason);
+    run_s is how long the successful attempt ran (0 for a failure)."""
+
+    kind: ClassVar[str] = "job_ended"
+    job: int
+    ok: bool
+    reason: str
+    attempts: int
+    run_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobAdopted(Event):
+    """We are the job's entry now: a leaving entry handed it over."""
+
+    kind: ClassVar[str] = "job_adopted"
+    job: int
+    source: str  # the leaving entry's host
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandedOver(Event):
+    """Leaving, we handed the job over to another entry (it said so)."""
+
+    kind: ClassVar[str] = "job_handed_over"
+    job: int
+    to: str
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -20,11 +20,13 @@ from node.can.overlay import CanConfig, CanOverlay, Status
 from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
 from node.events import ClusterChanged, Event, RttMeasured
+from node.sched.agent import Action, SchedAgent, SchedConfig
 from node.wire import (
     DROP_REASONS,
     ClusterBeat,
     Codec,
     Confirm,
+    JobInfo,
     Message,
     Ping,
     Pong,
@@ -40,12 +42,16 @@ from node.wire import (
 __all__ = ["Address", "NodeConfig", "Peer"]
 
 _CLUSTER_MESSAGES = (Solicit, SolicitAnswer, Roster, RttReport, Confirm, Release, ClusterBeat)
+_SCHED_MESSAGES = tuple(SchedAgent.message_types())
 
 Address = tuple[str, int]
 
 # Outgoing datagrams waiting for the driver; a peer that is never drained must
 # not grow without bound (the oldest are dropped and counted).
 MAX_OUTBOX = 100_000
+# Messages a peer sends itself are handled after each input; a chain of them
+# longer than this is a loop (dropped and counted).
+MAX_LOCAL_PER_INPUT = 10_000
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class NodeConfig:
     grid_key: bytes | None = None  # shared HMAC key; None: unauthenticated grid
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     cluster: ClusterConfig | None = None  # None: the peer takes no part in dynamic clusters
+    sched: SchedConfig | None = None  # None: the peer takes no part in scheduling jobs
 
 
 class Peer:
@@ -109,6 +116,18 @@ class Peer:
                 send=self._send,
                 measure=lambda addr, samples, now: self.prober.request(0, addr, now, samples),
             )
+        self.sched: SchedAgent | None = None
+        if config.sched is not None:
+            self.sched = SchedAgent(
+                config.sched,
+                address=self.address,
+                can=self.can,
+                rng=random.Random(rng.getrandbits(64)),
+                send=self._send,
+                emit=self._events.append,
+            )
+        self._leave_pending = False  # asked to leave; the scheduler is handing over jobs
+        self._local: deque[Message] = deque()  # messages to ourselves, not yet handled
 
     # -- inputs --------------------------------------------------------------------------------------
 
@@ -131,26 +150,52 @@ class Peer:
             self.counters["drop.replayed"] += 1
             return
         source = (str(addr[0]), int(addr[1]))
-        if isinstance(message, Ping):
-            self.prober.handle_ping(source, message, now, rx_at)
-            problem = None
-        elif isinstance(message, Pong):
-            self.prober.handle_pong(message, now, rx_at)
-            problem = None
-        elif isinstance(message, _CLUSTER_MESSAGES):
-            problem = (
-                "no cluster agent"
-                if self.cluster is None
-                else self.cluster.handle_message(source, message, now)
-            )
-        else:
-            problem = self.can.handle_message(sender, source, message, now)
-        self._hand_over_rtts(now)
+        problem = self._dispatch(sender, source, message, now, rx_at)
+        self._after_input(now)
         if problem is not None:
             self.counters["drop.invalid"] += 1
             return
         self.counters["accepted"] += 1
         self.counters[f"rx.{type(message).__name__}"] += 1
+
+    def _dispatch(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
+        """Hand a decoded message to its component; returns why it was unacceptable, or None."""
+        if isinstance(message, Ping):
+            self.prober.handle_ping(source, message, now, rx_at)
+            return None
+        if isinstance(message, Pong):
+            self.prober.handle_pong(message, now, rx_at)
+            return None
+        if isinstance(message, _CLUSTER_MESSAGES):
+            if self.cluster is None:
+                return "no cluster agent"
+            return self.cluster.handle_message(source, message, now)
+        if isinstance(message, _SCHED_MESSAGES):
+            if self.sched is None:
+                return "no scheduler"
+            return self.sched.handle_message(source, message, now)
+        return self.can.handle_message(sender, source, message, now)
+
+    def _after_input(self, now: float) -> None:
+        """What every input ends with: messages to ourselves are handled (they
+        never cross the network), a pending leave goes on once our jobs are
+        handed over, the cluster agent gets its measurements."""
+        for _ in range(MAX_LOCAL_PER_INPUT):
+            if not self._local:
+                break
+            message = self._local.popleft()
+            self.counters["local"] += 1
+            if self._dispatch(self._sender_id(), self.address, message, now, None) is not None:
+                self.counters["local_invalid"] += 1
+        else:
+            self.counters["local_overflow"] += len(self._local)
+            self._local.clear()
+        if self._leave_pending and not (self.sched is not None and self.sched.handing_over()):
+            self._leave_pending = False
+            self.can.leave(now)
+        self._hand_over_rtts(now)
 
     def handle_timer(self, now: float) -> None:
         """Run whatever is due at `now` (early or repeated calls are harmless)."""
@@ -158,7 +203,9 @@ class Peer:
         self.prober.handle_timer(now)
         if self.cluster is not None:
             self.cluster.handle_timer(now)
-        self._hand_over_rtts(now)
+        if self.sched is not None:
+            self.sched.handle_timer(now)
+        self._after_input(now)
 
     def join(self, bootstraps: Sequence[Address], now: float) -> None:
         """Join the overlay through one of `bootstraps` (none: start a new overlay)."""
@@ -167,10 +214,17 @@ class Peer:
     def leave(self, now: float) -> None:
         """Leave gracefully (the overlay merges our zone into our neighbours'; our
         cluster members are released and our heads told)."""
+        if self._leave_pending:
+            return
         if self.cluster is not None:
             self.cluster.leave(now)
-            self._hand_over_rtts(now)
-        self.can.leave(now)
+        if self.sched is not None:
+            self.sched.leave(now)
+            # The CAN leave waits until our jobs are taken (_after_input).
+            self._leave_pending = self.sched.handing_over()
+        if not self._leave_pending:
+            self.can.leave(now)
+        self._after_input(now)
 
     def set_cluster_candidates(self, candidates: Sequence[Address], now: float) -> None:
         """The first approximation of our cluster (DTM's clustering): who to
@@ -178,7 +232,31 @@ class Peer:
         if self.cluster is None:
             raise ValueError("this peer has no cluster configuration")
         self.cluster.set_candidates([(str(h), int(p)) for h, p in candidates], now)
-        self._hand_over_rtts(now)
+        self._after_input(now)
+
+    def set_sched_cluster(self, members: Sequence[Address], now: float) -> None:
+        """The cluster our jobs are co-scheduled on (a static clustering)."""
+        self._scheduler().set_cluster(members, now)
+        self._after_input(now)
+
+    def submit(self, job: JobInfo, now: float) -> None:
+        """Take a job as its entry. Raises ValueError for a bad job (nothing changed)."""
+        self._scheduler().submit(job, now)
+        self._after_input(now)
+
+    def task_finished(self, job: int, attempt: int, ok: bool, reason: str, now: float) -> None:
+        """The driver's report that a rank this peer ran has ended."""
+        self._scheduler().task_finished(job, attempt, ok, reason, now)
+        self._after_input(now)
+
+    def task_actions(self) -> list[Action]:
+        """Rank processes to start or kill (mutating, like an iterator)."""
+        return self.sched.actions() if self.sched is not None else []
+
+    def _scheduler(self) -> SchedAgent:
+        if self.sched is None:
+            raise ValueError("this peer has no scheduler configuration")
+        return self.sched
 
     def measure_rtt(
         self, target: int, addr: Address, now: float, samples: int | None = None
@@ -200,6 +278,7 @@ class Peer:
             self.can.get_timer(),
             self.prober.get_timer(),
             self.cluster.get_timer() if self.cluster is not None else None,
+            self.sched.get_timer() if self.sched is not None else None,
         )
         deadlines = [t for t in timers if t is not None]
         return min(deadlines) if deadlines else None
@@ -237,6 +316,12 @@ class Peer:
             )
 
     def _send(self, addr: Address, message: Message) -> None:
+        if addr == self.address:
+            self._local.append(message)  # handled at the end of the current input
+            return
+        if not 0 < addr[1] < 65536 or not addr[0]:  # components check what they take from
+            self.counters["tx_bad_address"] += 1  # the wire; this is the last line
+            return
         self._seq += 1
         try:
             data = self._codec.encode(message, sender=self._sender_id(), seq=self._seq)
@@ -269,7 +354,7 @@ class Peer:
 
     @property
     def status(self) -> str:
-        return self.can.status
+        return Status.LEAVING if self._leave_pending else self.can.status
 
     def dump(self, now: float | None = None) -> dict[str, Any]:
         """State for the oracle and for humans (JSON-ready). With `now`, the
@@ -279,6 +364,8 @@ class Peer:
             out["cluster"] = self.cluster.dump()
             if now is not None:
                 out["cluster"]["unchanged_s"] = round(now - self._cluster_changed_at, 3)
+        if self.sched is not None:
+            out["sched"] = self.sched.dump()
         return out
 
     def stats(self) -> dict[str, int]:

@@ -14,7 +14,14 @@
 # Control API: a Unix stream socket; one JSON object per line in each
 # direction. Requests: {"op": "join", "bootstraps": [["10.0.0.1", 7000]]},
 # {"op": "leave"}, {"op": "dump"}, {"op": "stats"}, {"op": "status"},
-# {"op": "cluster", "candidates": [["10.0.0.2", 7000]]}, {"op": "exit"}. Answers: {"ok": true, ...} or {"ok": false, "error": ...}.
+# {"op": "cluster", "candidates": [["10.0.0.2", 7000]]}, {"op": "exit"},
+# {"op": "sched", "members": [["10.0.0.2", 7000], ...]} (our cluster for jobs),
+# {"op": "submit", "job": {"id": 7, "size": 4, "runtime_s": 3.5, "order": 120.0,
+# "point": [4, 1.0, 0.3]}}. Answers: {"ok": true, ...} or {"ok": false, "error": ...}.
+#
+# Ranks: a job's rank that the scheduler starts here runs as a child process
+# (`python -m node.mpi`, or the configured command) in the peer's nursery;
+# its end is reported to the peer, a kill cancels it (SIGTERM, then SIGKILL).
 #
 # Lifetime: the process exits after a graceful leave has completed, on
 # {"op": "exit"}, or after SIGTERM/SIGINT (which first leave gracefully,
@@ -27,9 +34,11 @@ import errno
 import json
 import math
 import os
+import shlex
 import signal
 import socket
 import struct
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,7 +49,8 @@ import trio
 
 from node.events import event_to_dict
 from node.peer import Address, Peer
-from node.wire import MAX_DATAGRAM_BYTES
+from node.sched.agent import KillTask, RunTask
+from node.wire import MAX_DATAGRAM_BYTES, JobInfo
 
 __all__ = ["NodeRuntime", "serve_control"]
 
@@ -82,6 +92,8 @@ class NodeRuntime:
         self.finished = trio.Event()  # set once run() has drained and stopped
         # RTT measurements a control request waits for: request number -> (event, record)
         self._rtt_waiting: dict[int, tuple[trio.Event, dict[str, Any]]] = {}
+        self._nursery: trio.Nursery | None = None  # where ranks run
+        self._ranks: dict[tuple[int, int], trio.CancelScope] = {}
 
     def now(self) -> float:
         return trio.current_time() - self._t0
@@ -114,6 +126,16 @@ class NodeRuntime:
                 self.counters["tx_queue_full"] += 1
             except trio.ClosedResourceError:
                 self.counters["tx_after_close"] += 1
+        for action in peer.task_actions():
+            key = (action.job, action.attempt)
+            if isinstance(action, KillTask):
+                if key in self._ranks:
+                    self._ranks.pop(key).cancel()
+            elif self._nursery is None:
+                peer.task_finished(action.job, action.attempt, False, "not running", self.now())
+            else:
+                self._ranks[key] = trio.CancelScope()
+                self._nursery.start_soon(self._run_rank, action, self._ranks[key])
         deadline = peer.get_timer()
         self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
         if not self._status_changed.is_set():
@@ -139,6 +161,8 @@ class NodeRuntime:
                 self.counters["tx_error.ECONNREFUSED"] += 1
             except OSError as exc:  # unreachable, no buffer space: UDP is lossy anyway
                 self.counters[f"tx_error.{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+            except (OverflowError, ValueError, TypeError):  # not an address at all
+                self.counters["tx_error.bad_address"] += 1
             return True
         return True
 
@@ -146,6 +170,55 @@ class NodeRuntime:
         if self._log is not None:
             line = {"host": self.name, "wall": round(time.time(), 6), **record}
             self._log.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+    async def _run_rank(self, action: RunTask, scope: trio.CancelScope) -> None:
+        config = self.peer.config.sched
+        assert config is not None
+        peers = ",".join(f"{host}:{port}" for host, port in action.peers)
+        env = {
+            **os.environ,
+            "TESTBED_RANK": str(action.rank),
+            "TESTBED_SIZE": str(len(action.peers)),
+            "TESTBED_PEERS": peers,
+            "TESTBED_COMPUTE_S": repr(action.compute_s),
+        }
+        argv = shlex.split(config.command) or [
+            sys.executable, "-m", "node.mpi",
+            "--rounds", str(config.rounds),
+            "--compute-s", repr(action.compute_s),
+            "--collective", config.collective,
+            "--payload-bytes", str(config.payload_bytes),
+        ]  # fmt: skip
+        started = self.now()
+        ok, reason = False, "killed"
+        with scope:
+            try:
+                done = await trio.run_process(
+                    argv, env=env, capture_stdout=True, capture_stderr=True, check=False
+                )
+            except OSError as exc:
+                reason = f"cannot start {argv[0]}: {exc.strerror or exc}"
+            else:
+                ok = done.returncode == 0
+                lines = done.stderr.decode(errors="replace").strip().splitlines()
+                reason = "" if ok else (lines[-1] if lines else f"exit status {done.returncode}")
+        if self._ranks.get((action.job, action.attempt)) is scope:
+            del self._ranks[(action.job, action.attempt)]
+        self.write(
+            {
+                "t": round(self.now(), 6),
+                "kind": "rank",
+                "job": action.job,
+                "attempt": action.attempt,
+                "rank": action.rank,
+                "ok": ok,
+                "reason": reason,
+                "wall_s": round(self.now() - started, 6),
+            }
+        )
+        if not scope.cancelled_caught:
+            self.peer.task_finished(action.job, action.attempt, ok, reason, self.now())
+        self.flush()
 
     # -- tasks -------------------------------------------------------------------------------------------
 
@@ -155,6 +228,7 @@ class NodeRuntime:
         """Run until done is set; reports the bound address once ready."""
         sent_all = trio.Event()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._receiver)
             nursery.start_soon(self._sender, sent_all)
             nursery.start_soon(self._timer)
@@ -204,6 +278,8 @@ class NodeRuntime:
                 await self.sock.sendto(data, addr)
             except OSError as exc:  # unreachable, refused, no buffer space: UDP is lossy anyway
                 self.counters[f"tx_error.{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+            except (OverflowError, ValueError, TypeError):  # not an address at all
+                self.counters["tx_error.bad_address"] += 1
         sent_all.set()
 
     async def _timer(self) -> None:
@@ -241,6 +317,8 @@ class NodeRuntime:
             "stats": lambda _: {"stats": self.stats()},
             "status": lambda _: {"status": self.peer.status, "id": self.peer.can.id},
             "cluster": self._cluster,
+            "sched": self._sched,
+            "submit": self._submit,
             "exit": self._exit,
         }
 
@@ -250,6 +328,36 @@ class NodeRuntime:
         if not isinstance(request.get("candidates"), list):
             raise ValueError('candidates must be a list like [["10.0.0.2", 7000]]')
         self.peer.set_cluster_candidates([_address(c) for c in request["candidates"]], self.now())
+        return {}
+
+    def _sched(self, request: dict[str, Any]) -> dict[str, Any]:
+        """{"op": "sched", "members": [["10.0.0.2", 7000], ...]}: our cluster."""
+        if not isinstance(request.get("members"), list):
+            raise ValueError('members must be a list like [["10.0.0.2", 7000]]')
+        self.peer.set_sched_cluster([_address(m) for m in request["members"]], self.now())
+        return {}
+
+    def _submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """{"op": "submit", "job": {...}}: take a job as its entry."""
+        job = request.get("job")
+        fields = ("id", "size", "runtime_s", "order", "point")
+        if not isinstance(job, dict) or set(job) != set(fields):
+            raise ValueError(f"job must be an object with exactly {', '.join(fields)}")
+        point = job["point"]
+        if not isinstance(point, list) or not all(isinstance(x, int | float) for x in point):
+            raise ValueError("job.point must be a list of numbers")
+        if not all(isinstance(job[f], int) for f in ("id", "size")) or not all(
+            isinstance(job[f], int | float) for f in ("runtime_s", "order")
+        ):
+            raise ValueError("job.id and job.size are integers, runtime_s and order numbers")
+        info = JobInfo(
+            job["id"],
+            job["size"],
+            float(job["runtime_s"]),
+            float(job["order"]),
+            tuple(float(x) for x in point),
+        )
+        self.peer.submit(info, self.now())
         return {}
 
     def _join(self, request: dict[str, Any]) -> dict[str, Any]:

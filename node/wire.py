@@ -42,6 +42,14 @@ __all__ = [
     "Confirm",
     "Endpoint",
     "Evicted",
+    "JobAck",
+    "JobCancel",
+    "JobEnd",
+    "JobHandover",
+    "JobInfo",
+    "JobRoute",
+    "JobTaken",
+    "JobWatch",
     "JoinAccept",
     "JoinAck",
     "JoinRequest",
@@ -50,9 +58,9 @@ __all__ = [
     "Message",
     "PathEntry",
     "PeerInfo",
-    "Probe",
     "Ping",
     "Pong",
+    "Probe",
     "ProbeReply",
     "Propose",
     "ProposeOK",
@@ -60,8 +68,14 @@ __all__ = [
     "ReplayWindow",
     "Roster",
     "RttReport",
+    "SchedBeat",
     "Solicit",
     "SolicitAnswer",
+    "TaskCancel",
+    "TaskDone",
+    "TaskOffer",
+    "TaskReady",
+    "TaskStart",
     "Tombstone",
     "Update",
     "WireError",
@@ -325,6 +339,142 @@ class ClusterBeat(msgspec.Struct, tag=21, array_like=True, frozen=True):
     epoch: int
 
 
+# -- jobs (node/sched/agent.py) ----------------------------------------------------------------------
+
+
+class JobInfo(msgspec.Struct, array_like=True, frozen=True):
+    """A job as the grid sees it: its id (unique per grid), how many nodes it
+    needs, how long its program computes, its place in the queues (the trace's
+    submit time; ties broken by a hash of the id) and its requirement point."""
+
+    id: int
+    size: int
+    runtime_s: float
+    order: float
+    point: tuple[float, ...]
+
+
+class JobRoute(msgspec.Struct, tag=22, array_like=True, frozen=True):
+    """A job on its way to a representative: routed greedily to the owner of
+    its requirement point (stage 0), which places it on a capable node (stage
+    2) or pushes it on towards one (stage 1). `attempt` is the entry's random
+    id for this try: (job, attempt) names it everywhere, so a job submitted
+    again elsewhere never meets its earlier tries' state."""
+
+    job: JobInfo
+    attempt: int
+    entry: Endpoint  # where the job was submitted: it hears the outcome
+    hops: int
+    stage: int
+
+
+class JobAck(msgspec.Struct, tag=23, array_like=True, frozen=True):
+    """Representative -> entry: I have the job (sent again every beat)."""
+
+    job: int
+    attempt: int
+    running: bool
+
+
+class JobEnd(msgspec.Struct, tag=24, array_like=True, frozen=True):
+    """Representative -> entry: the attempt ended (sent again until a JobCancel acknowledges it)."""
+
+    job: int
+    attempt: int
+    ok: bool
+    reason: str
+    run_s: float
+
+
+class JobCancel(msgspec.Struct, tag=25, array_like=True, frozen=True):
+    """Entry -> representative: forget this attempt (an acknowledgement of its JobEnd, or a retry elsewhere)."""
+
+    job: int
+    attempt: int
+
+
+class TaskOffer(msgspec.Struct, tag=26, array_like=True, frozen=True):
+    """Representative -> cluster member: a dependent task to queue."""
+
+    job: JobInfo
+    attempt: int
+    round: int
+
+
+class TaskReady(msgspec.Struct, tag=27, array_like=True, frozen=True):
+    """Member -> representative: the task is at the head of my queue and I hold myself for it
+    (ready=False: no longer, an older task came first, or I refuse a start)."""
+
+    job: int
+    attempt: int
+    round: int
+    ready: bool
+
+
+class TaskStart(msgspec.Struct, tag=28, array_like=True, frozen=True):
+    """Representative -> member: run rank `rank` of the job; `peers` are every rank's MPI address."""
+
+    job: int
+    attempt: int
+    round: int
+    rank: int
+    peers: tuple[Endpoint, ...]
+
+
+class TaskCancel(msgspec.Struct, tag=29, array_like=True, frozen=True):
+    """Representative -> member: drop the task (kill it if running; acknowledges a TaskDone)."""
+
+    job: int
+    attempt: int
+    round: int
+
+
+class TaskDone(msgspec.Struct, tag=30, array_like=True, frozen=True):
+    """Member -> representative: the rank ended (sent again until a TaskCancel acknowledges it)."""
+
+    job: int
+    attempt: int
+    round: int
+    ok: bool
+    reason: str
+
+
+class SchedBeat(msgspec.Struct, tag=31, array_like=True, frozen=True):
+    """Liveness and load, every beat: to the overlay's direct neighbours (the
+    owner of a requirement point places jobs on the least loaded capable one)
+    and to the cluster members we share tasks with; `tasks` lists the (job,
+    attempt) pairs we share with the receiver, so that each side notices the
+    other forgot one."""
+
+    load: int  # tasks queued or running here; -1: takes no jobs (leaving)
+    size: int  # the live members of our cluster, us included (what we can run)
+    tasks: tuple[tuple[int, int], ...]
+
+
+class JobHandover(msgspec.Struct, tag=32, array_like=True, frozen=True):
+    """A leaving entry -> a neighbour: be this job's entry from now on (sent
+    again until JobTaken; `rep` is the current attempt's representative, if known)."""
+
+    job: JobInfo
+    attempt: int
+    tries: int
+    rep: Endpoint | None
+
+
+class JobTaken(msgspec.Struct, tag=33, array_like=True, frozen=True):
+    """Adopter -> leaving entry: I am the job's entry now."""
+
+    job: int
+
+
+class JobWatch(msgspec.Struct, tag=34, array_like=True, frozen=True):
+    """A new entry -> the representative: report this attempt to me (sent
+    again every beat until a JobAck comes)."""
+
+    job: int
+    attempt: int
+
+
 Message = (
     Update
     | JoinRequest
@@ -347,6 +497,19 @@ Message = (
     | Confirm
     | Release
     | ClusterBeat
+    | JobRoute
+    | JobAck
+    | JobEnd
+    | JobCancel
+    | TaskOffer
+    | TaskReady
+    | TaskStart
+    | TaskCancel
+    | TaskDone
+    | SchedBeat
+    | JobHandover
+    | JobTaken
+    | JobWatch
 )
 
 
@@ -483,6 +646,13 @@ class ReplayWindow:
 
 
 # -- validation of content (used by the receiving component) -------------------------------------------
+
+
+def check_endpoint(endpoint: Endpoint) -> str | None:
+    """Why a peer's address from the wire is unusable, or None."""
+    if not 0 < endpoint.port < 65536 or not endpoint.host or len(endpoint.host) > 64:
+        return "bad address"
+    return None
 
 
 def check_peer_info(info: PeerInfo, dims: int) -> str | None:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import socket
@@ -34,6 +35,14 @@ from node.wire import (
     Confirm,
     Endpoint,
     Evicted,
+    JobAck,
+    JobCancel,
+    JobEnd,
+    JobHandover,
+    JobInfo,
+    JobRoute,
+    JobTaken,
+    JobWatch,
     JoinAccept,
     JoinAck,
     JoinRequest,
@@ -51,8 +60,14 @@ from node.wire import (
     Release,
     Roster,
     RttReport,
+    SchedBeat,
     Solicit,
     SolicitAnswer,
+    TaskCancel,
+    TaskDone,
+    TaskOffer,
+    TaskReady,
+    TaskStart,
     Tombstone,
     Update,
 )
@@ -100,7 +115,7 @@ def _info(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> Pe
     )
     return PeerInfo(
         rng.getrandbits(rng.choice([8, 48, 63])),
-        rng.choice(["127.0.0.1", "10.0.0.9", "", "not an address", "::1"]),
+        rng.choice(["127.0.0.1", "127.0.0.9", "", "not an address", "::1"]),
         rng.choice([0, 7000, 65535, 70000, -1]),
         rng.randrange(0, 1 << rng.choice([4, 31, 62])),
         _vector(rng, dims, space),
@@ -112,9 +127,20 @@ def _info(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> Pe
 
 
 def _endpoints(rng: random.Random) -> tuple[Endpoint, ...]:
-    """Members of a roster or confirmation: plausible, empty, or too many."""
+    """Members of a roster or confirmation, a job's ranks: plausible, empty, or
+    too many (loopback addresses: the fuzzed peer may answer or connect to them)."""
     count = rng.choice([0, 1, 5, 64, 2000])
-    return tuple(Endpoint(f"10.0.{k // 250}.{k % 250 + 1}", 7000) for k in range(count))
+    return tuple(Endpoint(f"127.0.{k // 250}.{k % 250 + 1}", 7000) for k in range(count))
+
+
+def _job(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> JobInfo:
+    return JobInfo(
+        rng.choice([0, 1, 7, -1, 1 << 62, rng.getrandbits(63)]),
+        rng.choice([0, 1, 2, 4, 64, 5000, -3]),
+        rng.choice([0.0, 0.01, 1.5, -1.0, math.inf, math.nan, 1e9]),
+        _float(rng, -10, 1e6),
+        _vector(rng, dims, space),
+    )
 
 
 def random_message(rng: random.Random, dims: int, space: list[tuple[float, float]]) -> Message:
@@ -122,6 +148,8 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
     info = _info(rng, dims, space)
     many = tuple(_info(rng, dims, space) for _ in range(rng.choice([0, 1, 4, 20])))
     small = rng.getrandbits(rng.choice([8, 32, 63]))
+    job = _job(rng, dims, space)
+    ends = [Endpoint("127.0.0.1", 7000), Endpoint("127.0.0.9", rng.choice([0, 7000, 70000]))]
     factories: list[Callable[[], Message]] = [
         lambda: Update(
             info,
@@ -153,6 +181,29 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: Confirm(small, _endpoints(rng)),
         lambda: Release(small),
         lambda: ClusterBeat(small),
+        lambda: JobRoute(job, small, rng.choice(ends), rng.randrange(-1, 70), rng.randrange(-1, 4)),
+        lambda: JobAck(small, small, rng.random() < 0.5),
+        lambda: JobEnd(
+            small, small, rng.random() < 0.5, rng.choice(["", "x" * 500]), _float(rng, -1, 1e6)
+        ),
+        lambda: JobCancel(small, small),
+        lambda: TaskOffer(job, small, rng.randrange(-1, 5)),
+        lambda: TaskReady(small, small, rng.randrange(-1, 5), rng.random() < 0.5),
+        lambda: TaskStart(
+            small, small, rng.randrange(-1, 5), rng.randrange(-1, 70), _endpoints(rng)
+        ),
+        lambda: TaskCancel(small, small, rng.randrange(-1, 5)),
+        lambda: TaskDone(
+            small, small, rng.randrange(-1, 5), rng.random() < 0.5, "x" * rng.choice([0, 500])
+        ),
+        lambda: SchedBeat(
+            rng.choice([-1, 0, 3, small]),
+            rng.choice([0, 1, 64, small]),
+            tuple((rng.getrandbits(20), small) for _ in range(rng.choice([0, 2, 100]))),
+        ),
+        lambda: JobHandover(job, small, rng.randrange(-1, 10), rng.choice([None, *ends])),
+        lambda: JobTaken(small),
+        lambda: JobWatch(small, small),
     ]
     return rng.choice(factories)()
 
@@ -308,11 +359,15 @@ def fuzz_local_peer(
     Its log, stderr and configuration stay in `folder`. The result also says
     whether the process was still running and exited cleanly afterwards.
     """
+    from node.sched.agent import SchedConfig
     from testbed.experiment import build_node_config
     from testbed.local import LocalPeer
     from testbed.spec import NodeSpec
 
     config = build_node_config(NodeSpec(grid_key=grid_key.hex() if grid_key else None))
+    # A scheduler too, whose "program" starts nothing that talks: a fuzzed
+    # TaskStart may name any ranks.
+    config = dataclasses.replace(config, sched=SchedConfig(command="true"))
     space = [(d.lo, d.hi) for d in config.can.space.dims]
     point = tuple((lo + hi) / 2 for lo, hi in space)
     with LocalPeer(folder, "target", config, point, join=[]) as peer:

@@ -14,6 +14,10 @@
 # from (seed, host, incarnation), so adding a peer does not change the draws
 # of the others. The same seed gives the same event log, byte for byte.
 #
+# Ranks of parallel jobs (node/sched) are simulated: a RunTask ends after its
+# compute time, failing if a peer of another rank crashed or left meanwhile
+# (the real ranks' sockets would break).
+#
 # Speed: the peers of one grid share a Codec that keeps recent decoded bodies
 # (messages are immutable), so an update sent to 30 neighbours is decoded once.
 
@@ -29,7 +33,8 @@ from typing import IO, Any
 
 from node.events import event_to_dict
 from node.peer import Address, NodeConfig, Peer
-from node.wire import Codec
+from node.sched.agent import KillTask, RunTask
+from node.wire import Codec, JobInfo
 from testbed.linkmodel import DROP_REASONS, LinkModel
 
 __all__ = ["Simulator"]
@@ -70,6 +75,8 @@ class Simulator:
         self.addresses: list[Address] = [(ip, port) for ip in ips]
         self.names = list(names) if names is not None else [f"h{k + 1}" for k in range(model.n)]
         self._host_of = {addr: k for k, addr in enumerate(self.addresses)}
+        self._ip_host = {ip: k for k, ip in enumerate(ips)}
+        self._ranks: dict[tuple[int, int, int], dict[int, int]] = {}  # running ranks
         self._link_rng = random.Random(f"{seed}/links")
         self.now = 0.0
         self._heap: list[tuple[Any, ...]] = []
@@ -151,6 +158,49 @@ class Simulator:
         peer.set_cluster_candidates([self.addresses[c] for c in candidates], self.now)
         self._after(host)
 
+    def set_sched_cluster(self, host: int, members: Sequence[int]) -> None:
+        """Give the peer at `host` its cluster for co-scheduling (hosts)."""
+        peer = self.peers[host]
+        peer.set_sched_cluster([self.addresses[m] for m in members], self.now)
+        self._after(host)
+
+    def submit(self, host: int, job: JobInfo) -> None:
+        """Submit a job at the peer at `host` (its entry)."""
+        peer = self.peers[host]
+        peer.submit(job, self.now)
+        self._after(host)
+
+    def _run_rank(self, host: int, action: RunTask) -> None:
+        incarnation = self._incarnation[host]
+        key = (host, action.job, action.attempt)
+        ranks = {
+            k: self._incarnation[k]
+            for ip, _ in action.peers
+            if (k := self._ip_host.get(ip)) is not None and k in self.peers
+        }
+        if len(ranks) < len(action.peers):
+            self.at(self.now + 1.0, lambda: self._end_rank(host, incarnation, action, False))
+            return
+        self._ranks[key] = ranks
+
+        def end() -> None:
+            if self._ranks.pop(key, None) is None:
+                return  # killed
+            broken = [
+                k for k, inc in ranks.items() if self._incarnation[k] != inc or k not in self.peers
+            ]
+            self._end_rank(host, incarnation, action, not broken)
+
+        self.at(self.now + action.compute_s, end)
+
+    def _end_rank(self, host: int, incarnation: int, action: RunTask, ok: bool) -> None:
+        peer = self.peers.get(host)
+        if peer is None or self._incarnation[host] != incarnation:
+            return
+        reason = "" if ok else "a peer closed its connection"
+        peer.task_finished(action.job, action.attempt, ok, reason, self.now)
+        self._after(host)
+
     def measure_rtt(self, host: int, target: int, samples: int | None = None) -> int | None:
         """Have the peer at `host` measure RTTs to the peer at `target` (reported
         as an "rtt" event with target = the target's host index)."""
@@ -207,6 +257,11 @@ class Simulator:
             return
         while (event := peer.next_event()) is not None:
             self._write(host, event_to_dict(event))
+        for action in peer.task_actions():
+            if isinstance(action, KillTask):
+                self._ranks.pop((host, action.job, action.attempt), None)
+            else:
+                self._run_rank(host, action)
         src_addr = self.addresses[host]
         for data, addr in peer.datagrams_to_send(self.now):
             dst = self._host_of.get(addr)

@@ -43,6 +43,8 @@ INFO = PeerInfo(
     (PathEntry(99, 2, 0.5, False), PathEntry(100, 0, 500.0, False)),
 )
 
+JOB = wire.JobInfo(9, 4, 120.5, 1_000.0, (4.0, 1.0, 0.25))
+
 MESSAGES = [
     Update(INFO, (INFO,), (Tombstone(8, 2, INFO.lo, INFO.hi, INFO.path),)),
     JoinRequest(5, INFO, 3),
@@ -70,6 +72,20 @@ MESSAGES = [
     wire.Confirm(3, (wire.Endpoint("10.0.0.3", 7000),)),
     wire.Release(3),
     wire.ClusterBeat(3),
+    wire.JobRoute(JOB, 1 << 30, wire.Endpoint("10.0.0.3", 7000), 4, 1),
+    wire.JobAck(9, 1 << 30, True),
+    wire.JobEnd(9, 1 << 30, False, "routing found a hole at 10.0.0.7", 0.0),
+    wire.JobCancel(9, 1 << 30),
+    wire.TaskOffer(JOB, 1 << 30, 2),
+    wire.TaskReady(9, 1 << 30, 2, False),
+    wire.TaskStart(9, 1 << 30, 2, 1, (wire.Endpoint("10.0.0.3", 7100),) * 4),
+    wire.TaskCancel(9, 1 << 30, 2),
+    wire.TaskDone(9, 1 << 30, 2, True, ""),
+    wire.SchedBeat(3, 16, ((9, 1 << 30), (10, 5))),
+    wire.JobHandover(JOB, 1 << 30, 2, None),
+    wire.JobHandover(JOB, 1 << 30, 2, wire.Endpoint("10.0.0.4", 7000)),
+    wire.JobTaken(9),
+    wire.JobWatch(9, 1 << 30),
 ]
 
 

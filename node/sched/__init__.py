@@ -1,0 +1,1 @@
+# Parallel jobs in the peer: routing, co-scheduling and recovery (agent.py).
