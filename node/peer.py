@@ -240,7 +240,10 @@ class Peer:
         self._after_input(now)
 
     def submit(self, job: JobInfo, now: float) -> None:
-        """Take a job as its entry. Raises ValueError for a bad job (nothing changed)."""
+        """Take a job as its entry. Raises ValueError for a bad job, or when we
+        are not a member of the overlay (nothing changed)."""
+        if not self.member:
+            raise ValueError(f"this peer is {self.status}, not a member: it cannot route a job")
         self._scheduler().submit(job, now)
         self._after_input(now)
 

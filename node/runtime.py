@@ -63,6 +63,7 @@ SEND_QUEUE = 4096
 MAX_CONTROL_REQUEST_BYTES = 64 * 1024
 RECV_BUFFER_BYTES = 4 * 1024 * 1024
 DRAIN_TIMEOUT_S = 2.0  # at exit, how long queued datagrams may take to go out
+MAX_RESULT_BYTES = 4096  # of a rank program's output, the tail its result is read from
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; not exported by Python
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: receive time as a timespec
 TIMESTAMP_CMSG_BYTES = socket.CMSG_SPACE(16)
@@ -191,6 +192,7 @@ class NodeRuntime:
         ]  # fmt: skip
         started = self.now()
         ok, reason = False, "killed"
+        result: dict[str, Any] | None = None
         with scope:
             try:
                 done = await trio.run_process(
@@ -202,6 +204,7 @@ class NodeRuntime:
                 ok = done.returncode == 0
                 lines = done.stderr.decode(errors="replace").strip().splitlines()
                 reason = "" if ok else (lines[-1] if lines else f"exit status {done.returncode}")
+                result = _last_json(done.stdout)
         if self._ranks.get((action.job, action.attempt)) is scope:
             del self._ranks[(action.job, action.attempt)]
         self.write(
@@ -214,6 +217,7 @@ class NodeRuntime:
                 "ok": ok,
                 "reason": reason,
                 "wall_s": round(self.now() - started, 6),
+                **({"result": result} if result is not None else {}),
             }
         )
         if not scope.cancelled_caught:
@@ -427,6 +431,17 @@ class NodeRuntime:
         with trio.move_on_after(timeout_s):
             await self.done.wait()
         self.done.set()
+
+
+def _last_json(output: bytes) -> dict[str, Any] | None:
+    """A rank program's result: the JSON object on its last line (at most
+    MAX_RESULT_BYTES of it), or None."""
+    lines = output[-MAX_RESULT_BYTES:].decode(errors="replace").strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _address(value: Any) -> Address:

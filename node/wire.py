@@ -366,6 +366,10 @@ class JobRoute(msgspec.Struct, tag=22, array_like=True, frozen=True):
     entry: Endpoint  # where the job was submitted: it hears the outcome
     hops: int
     stage: int
+    # Pushing (seed 000 §4.1.1): the best capable node met on the way, and its
+    # load (a queue length; for a parallel job its cluster's longest, maxQL).
+    best: Endpoint | None = None
+    best_load: int = 0
 
 
 class JobAck(msgspec.Struct, tag=23, array_like=True, frozen=True):
@@ -448,6 +452,11 @@ class SchedBeat(msgspec.Struct, tag=31, array_like=True, frozen=True):
 
     load: int  # tasks queued or running here; -1: takes no jobs (leaving)
     size: int  # the live members of our cluster, us included (what we can run)
+    free: int  # of those, how many have nothing queued (the cluster's residue)
+    maxql: int  # the longest queue among them
+    # Kim's aggregation (seed 000 §4.1.1), per dimension: (nodes, queued tasks)
+    # in the region above us, flattened: n0, q0, n1, q1, ...
+    above: tuple[float, ...]
     tasks: tuple[tuple[int, int], ...]
 
 

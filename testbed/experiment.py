@@ -38,6 +38,7 @@ from node.can.overlay import CanConfig
 from node.cluster.agent import ClusterConfig
 from node.cluster.refine import gather
 from node.peer import NodeConfig
+from node.sched.agent import SchedConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.analysis.cluster_oracle import check_clusters
 from testbed.analysis.clusters import cluster_quality
@@ -45,6 +46,7 @@ from testbed.analysis.stats import quantiles
 from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.errors import InputError
+from testbed.jobs import Feeding, JobsRun
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec, RunClustersSpec
 from testbed.topology import (
@@ -75,8 +77,17 @@ class Engine(ChurnEngine, Protocol):
     def close(self) -> None: ...
 
 
-def build_node_config(node: NodeSpec, clusters: RunClustersSpec | None = None) -> NodeConfig:
-    space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
+def build_node_config(
+    node: NodeSpec,
+    clusters: RunClustersSpec | None = None,
+    *,
+    space: Space | None = None,
+    sched: SchedConfig | None = None,
+) -> NodeConfig:
+    """The peers' configuration; `space` replaces the CAN space the node spec
+    describes (a jobs run's resource coordinates), `sched` adds the scheduler."""
+    if space is None:
+        space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
     can = CanConfig(
         space,
         update_interval_s=node.update_interval_s,
@@ -106,7 +117,7 @@ def build_node_config(node: NodeSpec, clusters: RunClustersSpec | None = None) -
             fresh_s=min(60.0, clusters.verify_s / 2) if clusters.verify_s > 0 else 60.0,
         )
     key = bytes.fromhex(node.grid_key) if node.grid_key else None
-    return NodeConfig(can, key, cluster=cluster)
+    return NodeConfig(can, key, cluster=cluster, sched=sched)
 
 
 def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
@@ -169,14 +180,22 @@ def run_experiment(
     out: str | Path | None = None,
     make_engine: Callable[[ExperimentSpec, Topology, NodeConfig, Path], Engine] | None = None,
     on_phase: Callable[[str, dict[str, Any]], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run `spec`; returns the run folder. The engine is chosen by spec.engine unless given."""
+    """Run `spec`; returns the run folder. The engine is chosen by spec.engine
+    unless given. `progress` hears a line now and then on a long run's jobs."""
     topology = select_topology(spec)
-    config = build_node_config(spec.node, spec.clusters)
     names = [f"h{k + 1}" for k in range(topology.n)]
     schedule = churn_schedule(spec, topology, names)  # a bad script fails before anything starts
     frames = _frames_used(spec, topology, schedule)  # loaded now: switching must be quick
     run_dir = new_run_dir(spec.name, out)
+    jobs = JobsRun(spec, topology, names, run_dir) if spec.jobs is not None else None
+    config = build_node_config(
+        spec.node,
+        spec.clusters,
+        space=jobs.space if jobs is not None else None,
+        sched=jobs.sched_config() if jobs is not None else None,
+    )
     (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     if make_engine is None:
         if spec.engine == "sim":
@@ -188,6 +207,8 @@ def run_experiment(
 
             make_engine = EmuEngine
     engine = make_engine(spec, topology, config, run_dir)
+    if jobs is not None:
+        engine = Feeding(engine, jobs.client)  # submits the trace's jobs as time passes
     host_of = {name: k for k, name in enumerate(names)}
     rng = random.Random(f"{spec.seed}/runner")
     point_rng = random.Random(f"{spec.seed}/points")
@@ -204,6 +225,12 @@ def run_experiment(
     offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
     last_clusters: dict[str, Any] = {}  # DYN and DYN-SYM at the last check
     current_one_way_s: Callable[[], np.ndarray] = lambda: topology.one_way_ms() / 1e3  # noqa: E731
+    jobs_summary: dict[str, Any] = {}
+
+    def point_of(host: int) -> tuple[float, ...]:
+        if jobs is not None:
+            return jobs.point(host, point_rng)
+        return draw_point(spec.node, point_rng)
 
     def check(
         label: str,
@@ -257,9 +284,11 @@ def run_experiment(
                 others = sorted(expected - {host})
                 old = [h for h in others if joined_at.get(h, now) <= settled]
                 pool = old if len(old) >= 5 else others
-                engine.start(host, draw_point(spec.node, point_rng))
+                engine.start(host, point_of(host))
                 engine.join(host, rng.sample(pool, min(5, len(pool))))
                 joined_at[host] = now
+                if jobs is not None:
+                    jobs.joined(engine, host)
                 if offers is not None:
                     offers.changed(host, expected | {host})
 
@@ -299,9 +328,13 @@ def run_experiment(
             hosts = _choose(phase, engine, expected, topology.n, rng, names, host_of)
             times = _schedule(phase, len(hosts), engine.now)
             points = _points(phase, len(hosts), spec.node, point_rng)
+            if jobs is not None and phase.action == "join":
+                points = [point_of(h) for h in hosts]
             for host, when, point in zip(hosts, times, points, strict=True):
                 engine.advance(when)
                 _act(phase.action, host, engine, expected, rng, point)
+                if jobs is not None and phase.action == "join":
+                    jobs.joined(engine, host)
                 if offers is not None:
                     offers.changed(host, expected)
                 actions.write(
@@ -309,6 +342,9 @@ def run_experiment(
                 )
             engine.advance((times[-1] if times else engine.now) + phase.settle_s)
             check(label, number)
+        if jobs is not None:
+            assert isinstance(engine, Feeding)
+            jobs.drain(engine, progress)
         engine_summary = engine.finish()
         status = "complete"
     finally:
@@ -322,6 +358,11 @@ def run_experiment(
             teardown_error = exc
         actions.close()
         checks_log.close()
+        if jobs is not None:
+            try:
+                jobs_summary = jobs.results()
+            except Exception as exc:  # a half-run's results must not hide its error
+                jobs_summary = {"jobs_error": f"{type(exc).__name__}: {exc}"}
         summary = {
             "name": spec.name,
             "engine": spec.engine,
@@ -337,6 +378,7 @@ def run_experiment(
             "members_final": checks[-1].report["members"] if checks else 0,
             **({"churn": churn_summary} if churn_summary is not None else {}),
             **({"clusters": last_clusters} if last_clusters else {}),
+            **jobs_summary,
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }

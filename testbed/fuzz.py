@@ -181,7 +181,15 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: Confirm(small, _endpoints(rng)),
         lambda: Release(small),
         lambda: ClusterBeat(small),
-        lambda: JobRoute(job, small, rng.choice(ends), rng.randrange(-1, 70), rng.randrange(-1, 4)),
+        lambda: JobRoute(
+            job,
+            small,
+            rng.choice(ends),
+            rng.randrange(-1, 70),
+            rng.randrange(-1, 4),
+            rng.choice([None, *ends]),
+            rng.choice([-1, 0, 5, small]),
+        ),
         lambda: JobAck(small, small, rng.random() < 0.5),
         lambda: JobEnd(
             small, small, rng.random() < 0.5, rng.choice(["", "x" * 500]), _float(rng, -1, 1e6)
@@ -199,6 +207,9 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: SchedBeat(
             rng.choice([-1, 0, 3, small]),
             rng.choice([0, 1, 64, small]),
+            rng.choice([-1, 0, 2, small]),
+            rng.choice([-1, 0, 9, small]),
+            tuple(_float(rng, -5, 1e6) for _ in range(rng.choice([0, 2 * dims, 7, 300]))),
             tuple((rng.getrandbits(20), small) for _ in range(rng.choice([0, 2, 100]))),
         ),
         lambda: JobHandover(job, small, rng.randrange(-1, 10), rng.choice([None, *ends])),

@@ -46,7 +46,7 @@ from testbed.workload import (
     write_swf,
 )
 
-__all__ = ["prepare_workload", "run_sched"]
+__all__ = ["plot_slowdown", "prepare_workload", "run_sched"]
 
 # The thesis's figures for its intense 1,000-job SHARCNET set (seed 002 §4.3.2,
 # Table 4.1, Table 5.7): bounded slowdown per variant, total over-provisioning.
@@ -202,7 +202,7 @@ def run_sched(
         "wall_s": round(time.monotonic() - started, 1),
     }
     write_json(run_dir / "summary.json", summary)
-    _plot(run_dir / "slowdown.png", curves, spec.name)
+    plot_slowdown(run_dir / "slowdown.png", curves, spec.name)
     return run_dir, summary
 
 
@@ -323,7 +323,7 @@ def _totals(jobs: dict[str, Any]) -> dict[str, int]:
     return {k: sum(v[k] for v in jobs.values()) for k in keys}
 
 
-def _plot(path: Path, curves: dict[str, list[float]], title: str) -> None:
+def plot_slowdown(path: Path, curves: dict[str, list[float]], title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

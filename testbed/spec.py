@@ -24,6 +24,7 @@ __all__ = [
     "CampaignSpec",
     "ClusterSpec",
     "RunClustersSpec",
+    "RunJobsSpec",
     "SchedSpec",
     "WorkloadSpec",
     "ChurnSpec",
@@ -136,6 +137,36 @@ class RunClustersSpec(msgspec.Struct, forbid_unknown_fields=True):
     verify_s: float = 0.0  # heads measure their clusters again this often (0: never)
 
 
+class RunJobsSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """Jobs in an overlay run (docs/scheduling.md): every peer runs the
+    scheduler (node/sched/agent.py), the CAN's dimensions become the cluster's
+    size and inverse latency plus a virtual one (node.dimensions is not used),
+    each peer's point comes from its cluster in a static clustering of the
+    topology's label, and the testbed submits the trace's jobs at their times
+    through random live peers, as their client."""
+
+    workload: WorkloadSpec
+    clustering: str = "ACTUAL"  # ACTUAL, DISJOINT-n or OVERLAP-n of the label
+    label: str = "cluster"
+    latency_ms: float = 1.0  # every parallel job's latency bound (RTT, ms)
+    start_s: float = 30.0  # the trace's time 0 is this far into the run
+    drain_s: float = 600.0  # after the last submission, wait at most this long for outcomes
+    overprovision: float | Literal["total"] = "total"
+    beat_s: float = 2.0
+    dead_after_s: float = 7.0
+    max_attempts: int = 5
+    retry_s: float = 2.0
+    retry_max_s: float = 30.0
+    max_rounds: int = 3
+    handover_s: float = 3.0
+    # The program every rank runs: the built-in MPI-like one (docs/mpi.md) ...
+    rounds: int = 10
+    collective: Literal["allreduce", "barrier"] = "allreduce"
+    payload_bytes: int = 8
+    mpi_port: int = 7100
+    command: str = ""  # ... or a user's own (shell words; rank, size, peers in its environment)
+
+
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     kind: Literal["can"] = "can"
     name: str = "experiment"
@@ -148,6 +179,7 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     campaign: CampaignSpec | None = None  # scripts x seeds, for `testbed campaign`
     routes_checked: int = 2000  # greedy routes the oracle follows at each check
     clusters: RunClustersSpec | None = None  # the peers also form dynamic clusters
+    jobs: RunJobsSpec | None = None  # the peers also schedule and run a trace's jobs
 
 
 def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) -> None:
@@ -178,6 +210,53 @@ def _check_run_clusters(c: RunClustersSpec, fail: Callable[[str, str], None]) ->
         )
 
 
+def _check_workload(w: WorkloadSpec, fail: Callable[[str, str], None], where: str) -> None:
+    if w.min_size < 1:
+        fail(f"{where}.min_size", f"must be at least 1, not {w.min_size}")
+    if w.max_size is not None and w.max_size < w.min_size:
+        fail(f"{where}.max_size", f"must be at least min_size ({w.min_size}), not {w.max_size}")
+    for field in ("slice", "first"):
+        if getattr(w, field) is not None and getattr(w, field) < 1:
+            fail(f"{where}.{field}", f"must be at least 1 job, not {getattr(w, field)}")
+    if w.window_s is not None and w.load is not None:
+        fail(where, "give window_s or load, not both")
+    for field in ("window_s", "load"):
+        value = getattr(w, field)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{where}.{field}", f"must be a positive number, not {value}")
+    if not (math.isfinite(w.runtime_scale) and w.runtime_scale > 0):
+        fail(f"{where}.runtime_scale", f"must be a positive number, not {w.runtime_scale}")
+
+
+def _check_run_jobs(j: RunJobsSpec, fail: Callable[[str, str], None]) -> None:
+    _check_workload(j.workload, fail, "jobs.workload")
+    if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", j.clustering.strip().upper()):
+        fail("jobs.clustering", f"{j.clustering!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
+    for field in ("latency_ms", "beat_s", "dead_after_s", "retry_s", "retry_max_s", "handover_s"):
+        value = getattr(j, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(f"jobs.{field}", f"must be a positive number, not {value}")
+    for field in ("start_s", "drain_s"):
+        value = getattr(j, field)
+        if not (math.isfinite(value) and value >= 0):
+            fail(f"jobs.{field}", f"must be a number of seconds >= 0, not {value}")
+    if j.dead_after_s <= j.beat_s:
+        fail("jobs.dead_after_s", f"must be longer than jobs.beat_s ({j.beat_s})")
+    if j.retry_max_s < j.retry_s:
+        fail("jobs.retry_max_s", f"must be at least jobs.retry_s ({j.retry_s})")
+    for field in ("max_attempts", "max_rounds"):
+        if getattr(j, field) < 1:
+            fail(f"jobs.{field}", f"must be at least 1, not {getattr(j, field)}")
+    if j.overprovision != "total" and not (math.isfinite(j.overprovision) and j.overprovision >= 1):
+        fail("jobs.overprovision", f'{j.overprovision!r}: expected "total" or a factor >= 1')
+    if j.rounds < 0:
+        fail("jobs.rounds", f"must be >= 0, not {j.rounds}")
+    if j.payload_bytes < 0 or j.payload_bytes % 8:
+        fail("jobs.payload_bytes", f"must be a multiple of 8 (float64s), not {j.payload_bytes}")
+    if not 0 < j.mpi_port < 65536:
+        fail("jobs.mpi_port", f"must be a TCP port number, not {j.mpi_port}")
+
+
 def _check(spec: ExperimentSpec, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
@@ -185,6 +264,8 @@ def _check(spec: ExperimentSpec, source: str) -> None:
     _check_topology(spec.topology, fail)
     if spec.clusters is not None:
         _check_run_clusters(spec.clusters, fail)
+    if spec.jobs is not None:
+        _check_run_jobs(spec.jobs, fail)
     if spec.churn is not None:
         churn = spec.churn
         if spec.phases:
@@ -612,22 +693,7 @@ def _check_sched(spec: SchedSpec, source: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
-    w = spec.workload
-    if w.min_size < 1:
-        fail("workload.min_size", f"must be at least 1, not {w.min_size}")
-    if w.max_size is not None and w.max_size < w.min_size:
-        fail("workload.max_size", f"must be at least min_size ({w.min_size}), not {w.max_size}")
-    for field in ("slice", "first"):
-        if getattr(w, field) is not None and getattr(w, field) < 1:
-            fail(f"workload.{field}", f"must be at least 1 job, not {getattr(w, field)}")
-    if w.window_s is not None and w.load is not None:
-        fail("workload", "give window_s or load, not both")
-    for field in ("window_s", "load"):
-        value = getattr(w, field)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            fail(f"workload.{field}", f"must be a positive number, not {value}")
-    if not (math.isfinite(w.runtime_scale) and w.runtime_scale > 0):
-        fail("workload.runtime_scale", f"must be a positive number, not {w.runtime_scale}")
+    _check_workload(spec.workload, fail, "workload")
     if not spec.clusterings:
         fail("clusterings", "name at least one clustering")
     for name in spec.clusterings:

@@ -100,7 +100,7 @@ MAX_JOB_SIZE = 4096
 MAX_RUNTIME_S = 1e6
 MAX_REASON = 200  # characters of a failure reason on the wire
 MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
-UNKNOWN_LOAD = 1 << 30  # a neighbour we have no beat from yet: capable, but the last choice
+STOPPING_FACTOR = 2  # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
 
@@ -168,6 +168,27 @@ def _order(job: JobInfo) -> tuple[float, int]:
     return (job.order, zlib.crc32(job.id.to_bytes(8, "big")))
 
 
+@dataclass(frozen=True)
+class _Heard:
+    """A peer's last SchedBeat."""
+
+    load: int
+    size: int
+    free: int
+    maxql: int
+    above: tuple[float, ...]
+    at: float
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    addr: Address
+    point: Sequence[float]
+    load: int
+    free: int
+    maxql: int
+
+
 @dataclass
 class _Entry:
     job: JobInfo
@@ -199,6 +220,7 @@ class _Rep:
     ok: bool = False
     reason: str = ""
     run_s: float = 0.0
+    orphan: bool = False  # its entry is gone: it runs to the end, then goes
 
 
 @dataclass
@@ -242,7 +264,10 @@ class SchedAgent:
         self.holding: tuple[int, int] | None = None
         self.running: tuple[int, int] | None = None
         self.heard: dict[Address, float] = {}  # any sched message, by sender
-        self.loads: dict[Address, tuple[int, int, float]] = {}  # neighbours' (load, size, when)
+        self.state_of: dict[Address, _Heard] = {}  # what neighbours and members last beat us
+        dims = can.config.space.n
+        self.above: tuple[float, ...] = (0.0,) * (2 * dims)  # Kim's aggregates, ours
+        self._member_since = -math.inf  # when our cluster was set: members' silence counts from it
         self.gone = False
         self._handover_until = math.inf
         self._next_handover = math.inf
@@ -256,6 +281,7 @@ class SchedAgent:
         """Our cluster's members (a static clustering; we are added if missing)."""
         ours = [(str(h), int(p)) for h, p in members]
         self.members = [self.address] + [m for m in dict.fromkeys(ours) if m != self.address]
+        self._member_since = now
         self._wake(now)
 
     def submit(self, job: JobInfo, now: float) -> None:
@@ -492,38 +518,134 @@ class SchedAgent:
         return next_hop(can.config.space, can.lo, can.hi, boxes, point)
 
     def _place(self, route: JobRoute, now: float, fail: Callable[[str], None]) -> None:
-        """The owner (or a node the job was pushed to): the least loaded capable
-        node among us and our direct neighbours, or push on towards one."""
+        """Kim's CAN-P matchmaking (seed 000 §4.1.1) at the owner of the job's
+        point or a node it was pushed to. Stop at a capable node with room (a
+        serial job: an empty queue; a parallel one: `size` free members of its
+        cluster), the least capable one that has it; else push the job upward,
+        to the upper neighbour whose region is lightly loaded and large (F =
+        queued / nodes^2 above it), stopping with probability 1 / (1 + nodes
+        above)^2 once a capable node was met; then the job goes to the best
+        capable node met on the way (shortest queue, or maxQL)."""
         job = route.job
-        fresh = now - self.config.dead_after_s
-        capable: list[tuple[int, float, Address]] = []
-        if self._capable(self.can.point, job) and len(self._live()) >= job.size:
-            capable.append((self._load(), self.rng.random(), self.address))
-        best: tuple[float, Address] | None = None
-        mine = self._closeness(self.can.point, job)
-        for info in self._neighbours():
-            addr = (info.host, info.port)
-            load, size, seen = self.loads.get(addr, (UNKNOWN_LOAD, job.size, now))
-            if load < 0 or seen < fresh:
-                continue  # takes no jobs, or silent
-            if self._capable(info.point, job) and size >= job.size:
-                capable.append((load, self.rng.random(), addr))
-            elif (score := self._closeness(info.point, job)) > mine and (
-                best is None or score > best[0]
-            ):
-                best = (score, addr)
-        if capable:
+        candidates = self._candidates(job, now)
+        room = [c for c in candidates if (c.load == 0 if job.size == 1 else c.free >= job.size)]
+        if room:
             self._count("placed")
-            target = min(capable)[2]
-            if target == self.address:
-                self._represent(job, route.attempt, (route.entry.host, route.entry.port), now)
-            else:
-                self._send(target, replace(route, hops=route.hops + 1, stage=STAGE_PLACED))
-        elif best is not None:
+            self._hand_to(self._least_capable(room).addr, route, now)
+            return
+        best, best_load = route.best, route.best_load
+        for c in candidates:
+            load = c.load if job.size == 1 else c.maxql
+            if best is None or load < best_load:
+                best, best_load = Endpoint(*c.addr), load
+        target, dim = self._push_target(now)
+        stop = best is not None and (
+            target is None
+            or route.hops + 1 >= self.config.max_hops
+            or self.rng.random() < 1.0 / (1.0 + self.above[2 * dim]) ** STOPPING_FACTOR
+        )
+        if stop:
+            assert best is not None
+            self._count("placed_pushed" if route.stage == STAGE_PUSH else "placed")
+            self._hand_to((best.host, best.port), route, now)
+        elif target is not None:
             self._count("pushed")
-            self._send(best[1], replace(route, hops=route.hops + 1, stage=STAGE_PUSH))
+            pushed = replace(
+                route, hops=route.hops + 1, stage=STAGE_PUSH, best=best, best_load=best_load
+            )
+            self._send(target, pushed)
+        elif (toward := self._closer_neighbour(job, now)) is not None:
+            # The top of the space and nothing capable met: towards the requirement.
+            self._count("pushed")
+            self._send(toward, replace(route, hops=route.hops + 1, stage=STAGE_PUSH))
         else:
             fail(f"no capable node near {self.address[0]} for {job.size} nodes")
+
+    def _hand_to(self, addr: Address, route: JobRoute, now: float) -> None:
+        if addr == self.address:
+            self._represent(route.job, route.attempt, (route.entry.host, route.entry.port), now)
+        else:
+            self._send(addr, replace(route, hops=route.hops + 1, stage=STAGE_PLACED))
+
+    def _candidates(self, job: JobInfo, now: float) -> list[_Candidate]:
+        """Us and our direct neighbours, where capable of the job (their
+        capabilities, and as many live cluster members as it needs), with what
+        they last told us of their load."""
+        out = []
+        size, free, maxql = self._cluster_view(now)
+        if self._capable(self.can.point, job) and size >= job.size:
+            out.append(_Candidate(self.address, self.can.point, self._load(), free, maxql))
+        fresh = now - self.config.dead_after_s
+        for info in self._neighbours():
+            addr = (info.host, info.port)
+            heard = self.state_of.get(addr)
+            if heard is None or heard.at < fresh or heard.load < 0:
+                continue  # not heard from yet, silent, or taking no jobs
+            if self._capable(info.point, job) and heard.size >= job.size:
+                out.append(_Candidate(addr, info.point, heard.load, heard.free, heard.maxql))
+        return out
+
+    def _least_capable(self, candidates: list[_Candidate]) -> _Candidate:
+        """A random one of those no other is strictly below in every real
+        dimension: jobs keep off nodes more capable than they need (parsimony)."""
+        pool = [
+            c
+            for c in candidates
+            if not any(
+                all(o.point[k] < c.point[k] for k in self._real) for o in candidates if o is not c
+            )
+        ]
+        return self.rng.choice(pool)
+
+    def _push_target(self, now: float) -> tuple[Address | None, int]:
+        """The upper neighbour (in any dimension) whose region above is least
+        loaded for its size, F = queued / nodes^2, and that dimension."""
+        best: tuple[float, Address, int] | None = None
+        fresh = now - self.config.dead_after_s
+        for d, info, _share in self._uppers():
+            heard = self.state_of.get((info.host, info.port))
+            if heard is None or heard.at < fresh or heard.load < 0:
+                continue
+            nodes, queued = heard.above[2 * d], heard.above[2 * d + 1]
+            score = queued / nodes**2 if nodes > 0 else math.inf
+            if best is None or score < best[0]:
+                best = (score, (info.host, info.port), d)
+        return (None, 0) if best is None else (best[1], best[2])
+
+    def _closer_neighbour(self, job: JobInfo, now: float) -> Address | None:
+        mine = self._closeness(self.can.point, job)
+        fresh = now - self.config.dead_after_s
+        best: tuple[float, Address] | None = None
+        for info in self._neighbours():
+            heard = self.state_of.get((info.host, info.port))
+            if heard is not None and (heard.at < fresh or heard.load < 0):
+                continue
+            score = self._closeness(info.point, job)
+            if score > mine and (best is None or score > best[0]):
+                best = (score, (info.host, info.port))
+        return None if best is None else best[1]
+
+    def _uppers(self) -> Iterable[tuple[int, Any, float]]:
+        """(dimension, neighbour, share): the neighbours whose zone begins where
+        ours ends in a dimension, with the share of their lower face that
+        touches ours (seed 000 eq. 4.2)."""
+        can = self.can
+        if not can.lo:
+            return
+        lo, hi = can.lo, can.hi
+        for info in self._neighbours():
+            if len(info.lo) != len(lo):
+                continue
+            for d in range(len(lo)):
+                if info.lo[d] != hi[d]:
+                    continue
+                share = 1.0
+                for i in range(len(lo)):
+                    if i != d:
+                        overlap = min(hi[i], info.hi[i]) - max(lo[i], info.lo[i])
+                        share *= max(0.0, overlap) / (info.hi[i] - info.lo[i])
+                if share > 0:
+                    yield d, info, share
 
     def _neighbours(self) -> Iterable[Any]:
         can = self.can
@@ -684,6 +806,20 @@ class SchedAgent:
             self._send(member, TaskCancel(rep.job.id, rep.attempt, rep.round))
         self._emit(JobFinished(now, rep.job.id, rep.attempt, ok, rep.reason, round(rep.run_s, 6)))
 
+    def _orphan(self, key: tuple[int, int], rep: _Rep, reason: str, now: float) -> bool:
+        """The entry is gone. A running attempt runs to its end, which its
+        job_finished event reports to the client (seed 000 §2.1: the run node
+        returns results directly to the client); any other is dropped.
+        Returns whether the attempt is gone."""
+        if rep.state == "running":
+            rep.orphan = True
+            return False
+        if rep.orphan and rep.state == "finished":
+            del self.reps[key]  # its job_finished was the report
+            return True
+        self._drop_attempt(key, reason, now)
+        return True
+
     def _drop_attempt(self, key: tuple[int, int], reason: str, now: float) -> None:
         """Forget an attempt we represent (cancelled, or its entry is gone)."""
         rep = self.reps.pop(key)
@@ -779,14 +915,20 @@ class SchedAgent:
     def _on_beat(self, source: Address, beat: SchedBeat, now: float) -> str | None:
         if len(beat.tasks) > MAX_SHARED:
             return "too many tasks"
-        self.loads[source] = (beat.load, beat.size, now)
+        if len(beat.above) != len(self.above) or not all(
+            math.isfinite(x) and x >= 0 for x in beat.above
+        ):
+            return "bad aggregates"
+        if not (beat.load >= -1 and 0 <= beat.free <= beat.size and beat.maxql >= 0):
+            return "bad load figures"
+        self.state_of[source] = _Heard(beat.load, beat.size, beat.free, beat.maxql, beat.above, now)
         listed = set(beat.tasks)
         grace = now - 2 * self.config.beat_s
         for key, rep in list(self.reps.items()):
             if key in listed:
                 continue
             if rep.entry == source and rep.entry != self.address and rep.since < grace:
-                self._drop_attempt(key, "its entry forgot it", now)  # the entry came back
+                self._orphan(key, rep, "its entry forgot it", now)  # the entry came back
             elif rep.state == "collecting" and source in rep.members:
                 if rep.offered_at < grace:  # the offer was lost, or the member forgot it
                     self._send(source, TaskOffer(rep.job, rep.attempt, rep.round))
@@ -806,8 +948,10 @@ class SchedAgent:
     def _beat(self, now: float) -> None:
         shared: dict[Address, list[tuple[int, int]]] = {}
         for key, rep in list(self.reps.items()):
-            if rep.entry != self.address and self._silent(rep.entry, rep.since, now):
-                self._drop_attempt(key, "its entry went silent", now)
+            gone = rep.orphan or (
+                rep.entry != self.address and self._silent(rep.entry, rep.since, now)
+            )
+            if gone and self._orphan(key, rep, "its entry went silent", now):
                 continue
             self._report(rep)
             shared.setdefault(rep.entry, []).append(key)
@@ -847,13 +991,43 @@ class SchedAgent:
                     if entry.watching:
                         self._send(entry.rep, JobWatch(entry.job.id, entry.attempt))
                     shared.setdefault(entry.rep, []).append((entry.job.id, entry.attempt))
-        load = -1 if self.gone else self._load()
+        # Our cluster's members beat each other: the live view, its residue and maxQL.
+        for member in self.members[1:]:
+            if member not in self.lost and self._silent(member, self._member_since, now):
+                self.lost.add(member)
+            shared.setdefault(member, [])
         for info in self._neighbours():
             shared.setdefault((info.host, info.port), [])
         shared.pop(self.address, None)
-        size = len(self._live())
+        self.above = self._aggregate(now)
+        load = -1 if self.gone else self._load()
+        size, free, maxql = self._cluster_view(now)
         for addr, keys in shared.items():
-            self._send(addr, SchedBeat(load, size, tuple(sorted(set(keys)))[:MAX_SHARED]))
+            tasks = tuple(sorted(set(keys)))[:MAX_SHARED]
+            self._send(addr, SchedBeat(load, size, free, maxql, self.above, tasks))
+
+    def _cluster_view(self, now: float) -> tuple[int, int, int]:
+        """Our cluster as its members last told us: live members, how many of
+        them have nothing queued (residue), the longest queue (maxQL)."""
+        loads = [self._load()]
+        for member in self._live()[1:]:
+            heard = self.state_of.get(member)
+            loads.append(heard.load if heard is not None and heard.load >= 0 else 0)
+        return len(loads), sum(1 for q in loads if q == 0), max(loads)
+
+    def _aggregate(self, now: float) -> tuple[float, ...]:
+        """Kim's eq. 4.1 for every dimension d: the nodes and the queued tasks
+        above us, from each upper neighbour's own figures and its aggregate,
+        weighted by the share of its face that touches ours."""
+        out = [0.0] * len(self.above)
+        fresh = now - self.config.dead_after_s
+        for d, info, share in self._uppers():
+            heard = self.state_of.get((info.host, info.port))
+            if heard is None or heard.at < fresh:
+                continue
+            out[2 * d] += share * (heard.above[2 * d] + 1)
+            out[2 * d + 1] += share * (heard.above[2 * d + 1] + max(0, heard.load))
+        return tuple(out)
 
     # -- helpers ---------------------------------------------------------------------------------------
 
@@ -882,6 +1056,7 @@ class SchedAgent:
         return {
             "members": len(self.members),
             "lost": sorted(m[0] for m in self.lost),
+            "above": [round(x, 2) for x in self.above],
             "load": self._load(),
             "entries": sorted(j for j, e in self.entries.items() if not e.ended),
             "represented": sorted(f"{j}/{a}:{r.state}" for (j, a), r in self.reps.items()),

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
+from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
 from testbed.emu._wan import HostProcess, open_wan
 from testbed.errors import EmulationError
@@ -95,11 +96,15 @@ class EmuEngine:
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
             self._leaving: set[int] = set()  # asked to leave, process still running
-            self._offers: dict[int, list[Any]] = {}  # cluster candidates not yet sent
+            self._offers: dict[
+                int, dict[str, Any]
+            ] = {}  # control requests not yet sent: op -> fields
             self._offering: set[int] = set()  # hosts with a sender at work
             self._offer_lock = threading.Lock()
             self._pool = ThreadPoolExecutor(8)
+            self._tails: dict[int, int] = {}  # host -> bytes of its log read for job records
             self._t0 = time.monotonic()
+            self._wall0 = time.time()  # the same instant on the clock peers' records carry
         except BaseException:
             self.wan.close()
             raise
@@ -150,10 +155,17 @@ class EmuEngine:
     def set_cluster_candidates(self, host: int, candidates: list[int]) -> None:
         """Offer candidates in the background (a joiner's process may still be
         starting, and the schedule must not wait); the latest offer to a host wins."""
+        self._background(host, "cluster", candidates=[self._address(c) for c in candidates])
+
+    def set_sched_cluster(self, host: int, members: list[int]) -> None:
+        """The peer's cluster for jobs, in the background like an offer."""
+        self._background(host, "sched", members=[self._address(m) for m in members])
+
+    def _background(self, host: int, op: str, **fields: Any) -> None:
         if host not in self._procs or host in self._frozen:
             return
         with self._offer_lock:
-            self._offers[host] = [self._address(c) for c in candidates]
+            self._offers.setdefault(host, {})[op] = fields
             if host in self._offering:
                 return  # its sender will take this one next
             self._offering.add(host)
@@ -162,12 +174,63 @@ class EmuEngine:
     def _send_offers(self, host: int) -> None:
         while True:
             with self._offer_lock:
-                candidates = self._offers.pop(host, None)
-                if candidates is None:
+                pending = self._offers.get(host)
+                if not pending:
+                    self._offers.pop(host, None)
                     self._offering.discard(host)
                     return
+                op = next(iter(pending))
+                fields = pending.pop(op)
             with contextlib.suppress(ControlError):  # it exited meanwhile
-                self._ask(host, "cluster", candidates=candidates)
+                self._ask(host, op, **fields)
+
+    # -- jobs (testbed/jobs.py) ------------------------------------------------------------------------
+
+    def submit(self, host: int, job: JobInfo) -> bool:
+        """Submit a job at the peer on `host`; False if it is not there to take it."""
+        if host not in self._procs or host in self._frozen or host in self._leaving:
+            return False
+        fields = {
+            "id": job.id,
+            "size": job.size,
+            "runtime_s": job.runtime_s,
+            "order": job.order,
+            "point": list(job.point),
+        }
+        try:  # no waiting for a peer still starting: the client tries another one
+            request(self._control(host), "submit", timeout_s=5.0, job=fields)
+        except ControlError:
+            return False
+        return True
+
+    def job_records(self) -> list[dict[str, Any]]:
+        """The job records the peers wrote since the last call, with the run's
+        clock in "t" (a peer's own "t" counts from its start) and "host" as an index."""
+        out: list[dict[str, Any]] = []
+        for host in range(len(self.wan.hosts)):
+            path = self.run_dir / "peers" / f"{self._name(host)}.jsonl"
+            start = self._tails.get(host, 0)
+            try:
+                with path.open("rb") as log:
+                    log.seek(start)
+                    data = log.read()
+            except FileNotFoundError:
+                continue
+            complete = data.rfind(b"\n") + 1  # a line being written is read next time
+            self._tails[host] = start + complete
+            for line in data[:complete].splitlines():
+                if b'"kind":"job_' not in line:
+                    continue
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    record["t"] = round(record["wall"] - self._wall0, 6)
+                    record["host"] = host
+                    out.append(record)
+        return out
+
+    def live(self) -> dict[int, int]:
+        """Running peers: host -> incarnation."""
+        return {host: self._incarnation[host] for host in self._procs}
 
     def departing(self) -> list[int]:
         """Peers asked to leave whose process has not exited yet."""

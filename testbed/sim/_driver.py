@@ -10,6 +10,7 @@ import numpy as np
 
 from node.can.overlay import Status
 from node.peer import NodeConfig
+from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
 from testbed.emu._plan import new_run_id, plan_network
 from testbed.linkmodel import LinkModel
@@ -44,6 +45,7 @@ class SimEngine:
             observer=self._observe,
         )
         self._wall0 = time.monotonic()
+        self._job_records: list[dict[str, Any]] = []  # job_* records not yet taken
         self._peer_seconds = 0.0
         self._last = 0.0
 
@@ -53,7 +55,9 @@ class SimEngine:
 
     def _observe(self, host: int, record: dict[str, Any]) -> None:
         kind = record["kind"]
-        if kind == "joined":
+        if kind.startswith("job_"):
+            self._job_records.append({"host": host, **record})
+        elif kind == "joined":
             self._id_host[record["id"]] = host
         elif kind == "crashed":
             self._crashed_at[record["id"]] = record["t"]
@@ -123,6 +127,27 @@ class SimEngine:
     def set_cluster_candidates(self, host: int, candidates: list[int]) -> None:
         if host in self.sim.peers:
             self.sim.set_cluster_candidates(host, candidates)
+
+    # -- jobs (testbed/jobs.py) ------------------------------------------------------------------------
+
+    def set_sched_cluster(self, host: int, members: list[int]) -> None:
+        if host in self.sim.peers:
+            self.sim.set_sched_cluster(host, members)
+
+    def submit(self, host: int, job: JobInfo) -> bool:
+        peer = self.sim.peers.get(host)
+        if peer is None or not peer.member or host in self.sim.frozen_hosts():
+            return False
+        self.sim.submit(host, job)
+        return True
+
+    def job_records(self) -> list[dict[str, Any]]:
+        out, self._job_records = self._job_records, []
+        return out
+
+    def live(self) -> dict[int, int]:
+        """Running peers (host -> incarnation)."""
+        return self.sim.incarnations()
 
     def departing(self) -> list[int]:
         return sorted(h for h, p in self.sim.peers.items() if p.status == Status.LEAVING)

@@ -117,6 +117,13 @@ class Simulator:
             self._timer_at.pop(host, None)
             self._write(host, {"t": round(self.now, 6), "kind": "crashed", "id": peer.can.id})
 
+    def frozen_hosts(self) -> set[int]:
+        return set(self._frozen)
+
+    def incarnations(self) -> dict[int, int]:
+        """The running peers' hosts and which incarnation each is (1 for the first)."""
+        return {host: self._incarnation[host] for host in self.peers}
+
     def stop(self, host: int) -> None:
         """Remove a peer that has finished (left gracefully)."""
         self.peers.pop(host, None)

@@ -202,22 +202,40 @@ def test_an_entry_that_leaves_hands_its_jobs_over(grid):
     assert grid.sim.peers.get(17) is None or grid.sim.peers[17].status == "left"
 
 
-def test_a_crashed_entrys_attempts_are_dropped_and_a_resubmission_runs_once():
+def test_a_running_attempt_outlives_its_crashed_entry_and_reports_itself():
     g = Grid(seed=3)
     g.attach()
     job = g.submit(5, 20.0, entry=17)
     g.run(3.0)
     (started,) = g.events("job_started")
     g.sim.crash(17)
+    g.run(40.0)
+    # The run node's report goes to the client (its event), and nothing stays behind.
+    (finished,) = [e for e in g.events("job_finished") if e["job"] == job]
+    assert finished["ok"] and finished["host"] == started["host"]
+    assert finished["attempt"] == started["attempt"] and finished["run_s"] >= 20.0
+    assert not ended(g)  # no entry left to report it
+    assert all(not p.sched.reps and not p.sched.tasks for p in g.sim.peers.values())
+
+
+def test_a_waiting_attempt_of_a_crashed_entry_is_dropped_and_a_resubmission_runs_once():
+    g = Grid(seed=3)
+    g.attach()
+    first = g.submit(7, 30.0, entry=16)  # only the 8-node cluster takes 7 nodes
+    g.run(1.0)
+    job = g.submit(7, 5.0, entry=17)  # ... so this one waits behind it
+    g.run(2.0)
+    assert [e["job"] for e in g.events("job_started")] == [first]
+    g.sim.crash(17)
     g.run(12.0)  # the representative notices its entry's silence
     (dropped,) = [e for e in g.events("job_finished") if e["job"] == job]
     assert not dropped["ok"] and dropped["reason"] == "its entry went silent"
-    assert dropped["host"] == started["host"]
-    # The client submits it again elsewhere: it runs to the end, reported once.
-    g.sim.submit(3, JobInfo(job, 5, 4.0, 0.0, (5.0, 1.0, 0.5)))
-    g.run(40.0)
+    # The client submits it again elsewhere: it runs once, after the first, reported once.
+    g.sim.submit(3, JobInfo(job, 7, 5.0, 0.0, (7.0, 1.0, 0.5)))
+    g.run(60.0)
     (result,) = ended(g)[job]
-    assert result["ok"] and result["host"] == 3 and result["run_s"] >= 4.0
+    assert result["ok"] and result["host"] == 3 and result["run_s"] >= 5.0
+    assert Counter(e["job"] for e in g.events("job_started")) == {first: 1, job: 1}
     assert all(not p.sched.tasks for p in g.sim.peers.values())  # nothing left queued
 
 

@@ -1,0 +1,490 @@
+# Jobs in overlay runs: the grid's user. A spec with [jobs] has every peer run
+# the scheduler (node/sched/agent.py); the testbed submits a trace's jobs at
+# their times, each through a random live peer, and judges the outcome.
+#
+# Theory of operation
+#   The client is bookkeeping with no clock of its own: the runner's engine
+#   wrapper (Feeding) advances the engine in steps of at most POLL_S, and after
+#   each step hands the client the peers' new job records and the hosts that
+#   are alive (with their incarnation, so a host that crashed and came back is
+#   a new peer). From the records it follows each job's current entry (the
+#   peer it was submitted to, or the one that adopted it when that peer left)
+#   and its outcome. The first completed run completes the job (the run
+#   node's job_finished: seed 000 §2.1, "the run node returns the results
+#   directly to the client"); a failure is the entry's job_ended, after its
+#   own retries; a second job_ended would be a duplicate, counted (it must
+#   never happen). A job whose entry is gone -- crashed, or left without
+#   handing it over -- is submitted again through another live peer (seed 000
+#   §2.1: "the client must resubmit the job"), unless one of its attempts is
+#   running: that run goes on to its end and reports it, and only if it fails
+#   or its node goes too is the job submitted again. Nothing else is ever
+#   retried by the client.
+#
+#   At the end every job is completed, failed with the reason its entry gave,
+#   or lost (no outcome when the run ended; there must be none). Bounded
+#   slowdown counts in trace seconds: the wait from the trace's submission
+#   time to the start of the run that completed, over max(run time, 10 s),
+#   both divided by the workload's runtime_scale.
+#
+# Run folder: jobs.jsonl (one line per job, at the end), and in summary.json
+# `jobs.{submitted, completed, failed, lost, resubmitted, duplicates,
+# executed_twice}`, `slowdown.<engine>/<clustering>` and, for reference, the
+# idealised central FCFS scheduler on the same trace and clusters.
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from node.wire import JobInfo
+from testbed.analysis.slowdown import BOUND_S, bounded_slowdown, slowdown_stats
+from testbed.analysis.stats import quantiles
+from testbed.workload import Workload, describe
+
+__all__ = [
+    "Feeding",
+    "JobClient",
+    "JobEngine",
+    "cluster_point",
+    "job_points",
+    "jobs_from_workload",
+]
+
+POLL_S = 1.0  # the client looks at the peers' records at least this often (run time)
+ENDED_KINDS = ("job_submitted", "job_adopted", "job_ended", "job_finished", "job_started")
+
+
+class JobEngine(Protocol):
+    """What the client needs from an engine, besides advance()."""
+
+    now: float
+
+    def submit(self, host: int, job: JobInfo) -> bool: ...  # False: the peer is not there
+    def job_records(self) -> list[dict[str, Any]]: ...  # new job_* records ("host": index)
+    def live(self) -> dict[int, int]: ...  # running peers: host -> incarnation
+    def advance(self, until: float) -> None: ...
+
+
+def cluster_point(size: int, diameter_ms: float) -> tuple[float, float]:
+    """A node's resource coordinates (seed 002 §4.2): its cluster's size and
+    inverse latency (1 / the diameter in ms); a singleton: size 1, inverse latency 0."""
+    if size <= 1 or diameter_ms <= 0:
+        return (1.0, 0.0)
+    return (float(size), 1.0 / diameter_ms)
+
+
+def job_points(clusters: Sequence[Sequence[int]], rtt_ms: np.ndarray) -> list[tuple[float, float]]:
+    """Every node's (size, inverse latency) from its cluster, judged by the slower
+    way of every pair (the clusters' diameter by the matrix)."""
+    latency = np.maximum(rtt_ms, rtt_ms.T)
+    out = []
+    for cluster in clusters:
+        members = list(cluster)
+        diameter = float(latency[np.ix_(members, members)].max()) if len(members) > 1 else 0.0
+        out.append(cluster_point(len(members), diameter))
+    return out
+
+
+@dataclass
+class _Job:
+    info: JobInfo
+    submit_t: float  # when the trace submits it (run time)
+    entry: tuple[int, int] | None = None  # (host, incarnation)
+    entries: list[str] = field(default_factory=list)  # hosts it was submitted to, in order
+    first_t: float | None = None  # the client's first submission
+    end_t: float | None = None
+    ok: bool | None = None
+    reason: str = ""
+    run_s: float = 0.0
+    attempts: int = 0
+    reports: int = 0  # job_ended records (more than one is a duplicate)
+    runs_ok: int = 0  # job_finished ok records: completed executions
+    running: tuple[int, int, int] | None = None  # (host, incarnation, attempt) of a started run
+    orphan: bool = False  # its entry is gone; waiting for the running attempt's own report
+
+
+class JobClient:
+    """Submits jobs at their times, follows them, submits again when an entry is lost."""
+
+    def __init__(
+        self,
+        jobs: Sequence[tuple[float, JobInfo]],
+        names: Sequence[str],
+        *,
+        seed: int,
+        runtime_scale: float = 1.0,
+    ) -> None:
+        if len({info.id for _, info in jobs}) != len(jobs):
+            raise ValueError("job ids must be unique")
+        self.jobs = {info.id: _Job(info, t) for t, info in sorted(jobs, key=lambda j: j[0])}
+        self._due = sorted(self.jobs.values(), key=lambda j: (j.submit_t, j.info.id))
+        self._next = 0
+        self.names = list(names)
+        self.rng = random.Random(f"{seed}/jobs")
+        self.runtime_scale = runtime_scale
+        self.resubmitted = 0
+        self.refused = 0  # submissions a peer did not take (gone meanwhile): tried elsewhere
+        self._live: dict[int, int] = {}
+        self._waiting: list[_Job] = []  # to submit again, when a peer takes them
+
+    # -- what the wrapper asks ----------------------------------------------------------------
+
+    def next_due(self) -> float | None:
+        return self._due[self._next].submit_t if self._next < len(self._due) else None
+
+    def open_jobs(self) -> int:
+        """Submitted and without an outcome yet."""
+        return sum(1 for j in self.jobs.values() if j.ok is None and j.first_t is not None)
+
+    def step(self, engine: JobEngine) -> None:
+        """After the engine advanced: read the records, notice lost entries,
+        submit what is due."""
+        for record in engine.job_records():
+            self._record(record)
+        live = engine.live()
+        gone = {(h, inc) for h, inc in self._live.items() if live.get(h) != inc}
+        self._live = dict(live)
+        for job in self.jobs.values():
+            if job.ok is not None:
+                continue
+            run_lost = job.running is not None and job.running[:2] in gone
+            if job.entry is not None and job.entry in gone:
+                job.entry = None
+                if job.running is not None and not run_lost:
+                    job.orphan = True  # its run reports to us when it ends
+                else:
+                    self._again(job)
+            elif job.orphan and run_lost:
+                self._again(job)
+        # Resubmissions first (they are older), then what the trace submits now;
+        # with no live peer taking them they wait for the next step.
+        self._waiting = [job for job in self._waiting if not self._submit(job, engine)]
+        while self._next < len(self._due) and self._due[self._next].submit_t <= engine.now:
+            if not self._submit(self._due[self._next], engine):
+                break
+            self._next += 1
+
+    def _again(self, job: _Job) -> None:
+        """Submit the job again (its entry is gone with it)."""
+        self.resubmitted += 1
+        job.entry, job.running, job.orphan = None, None, False
+        self._waiting.append(job)
+
+    def _submit(self, job: _Job, engine: JobEngine) -> bool:
+        hosts = sorted(self._live)
+        self.rng.shuffle(hosts)
+        for host in hosts:
+            if engine.submit(host, job.info):
+                job.entry = (host, self._live[host])
+                job.entries.append(self.names[host])
+                if job.first_t is None:
+                    job.first_t = engine.now
+                return True
+            self.refused += 1
+        return False
+
+    def _record(self, record: Mapping[str, Any]) -> None:
+        job = self.jobs.get(record.get("job"))  # type: ignore[arg-type]
+        if job is None:
+            return  # not one of ours (or malformed)
+        kind, host = record["kind"], record["host"]
+        if kind == "job_adopted":
+            job.entry = (host, self._live.get(host, -1))
+        elif kind == "job_started":
+            job.running = (host, self._live.get(host, -1), int(record["attempt"]))
+        elif kind == "job_finished":
+            mine = job.running is not None and job.running[::2] == (host, record["attempt"])
+            if mine:
+                job.running = None
+            if record.get("ok"):
+                # The run node's report comes straight to the client (seed 000
+                # §2.1): the first completed run completes the job.
+                job.runs_ok += 1
+                if job.ok is None:
+                    self._outcome(job, True, "", float(record["t"]), float(record["run_s"]))
+            elif mine and job.orphan and job.ok is None:
+                self._again(job)
+        elif kind == "job_ended":
+            job.reports += 1
+            if job.ok is None:
+                self._outcome(
+                    job,
+                    bool(record["ok"]),
+                    str(record.get("reason", "")),
+                    float(record["t"]),
+                    float(record.get("run_s", 0.0)),
+                )
+            job.attempts = int(record.get("attempts", 0))
+
+    def _outcome(self, job: _Job, ok: bool, reason: str, t: float, run_s: float) -> None:
+        job.ok, job.reason, job.end_t, job.run_s = ok, reason, t, run_s
+        if job in self._waiting:
+            self._waiting.remove(job)
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def results(self) -> list[dict[str, Any]]:
+        """One row per job (for jobs.jsonl)."""
+        rows = []
+        for job in sorted(self.jobs.values(), key=lambda j: j.info.id):
+            row: dict[str, Any] = {
+                "job": job.info.id,
+                "size": job.info.size,
+                "submit_t": round(job.submit_t, 3),
+                "entries": job.entries,
+                "outcome": "lost" if job.ok is None else ("completed" if job.ok else "failed"),
+            }
+            if job.ok is not None and job.end_t is not None:
+                row |= {"end_t": round(job.end_t, 3), "attempts": job.attempts}
+            if job.ok:
+                row |= {"run_s": round(job.run_s, 3), "wait_s": round(self._wait(job), 3)}
+                row["slowdown"] = round(self._slowdown(job), 4)
+            elif job.ok is False:
+                row["reason"] = job.reason
+            if job.reports > 1:
+                row["reports"] = job.reports
+            rows.append(row)
+        return rows
+
+    def _wait(self, job: _Job) -> float:
+        """From the trace's submission to the start of the run that completed."""
+        assert job.end_t is not None
+        return max(0.0, job.end_t - job.submit_t - job.run_s)
+
+    def _slowdown(self, job: _Job) -> float:
+        scale = self.runtime_scale
+        return bounded_slowdown(self._wait(job) / scale, job.run_s / scale, BOUND_S)
+
+    def summary(self) -> dict[str, Any]:
+        jobs = list(self.jobs.values())
+        done = [j for j in jobs if j.ok]
+        failed = [j for j in jobs if j.ok is False]
+        reasons = Counter(_reason_kind(j.reason) for j in failed)
+        return {
+            "submitted": sum(1 for j in jobs if j.first_t is not None),
+            "completed": len(done),
+            "failed": len(failed),
+            "lost": sum(1 for j in jobs if j.ok is None),
+            "resubmitted": self.resubmitted,
+            "duplicates": sum(j.reports - 1 for j in jobs if j.reports > 1),
+            "executed_twice": sum(1 for j in jobs if j.runs_ok > 1),
+            "failure_reasons": dict(reasons.most_common()),
+            "wait_s": quantiles([self._wait(j) for j in done]),
+            "run_s": quantiles([j.run_s for j in done]),
+        }
+
+    def slowdowns(self) -> list[float]:
+        return [self._slowdown(j) for j in self.jobs.values() if j.ok]
+
+    def slowdown_stats(self) -> dict[str, Any]:
+        return slowdown_stats(self.slowdowns())
+
+
+def _reason_kind(reason: str) -> str:
+    """A failure reason without its particulars (addresses, counts), for tallies."""
+    words = [w for w in reason.split() if not any(c.isdigit() for c in w)]
+    return " ".join(words[:8]) or "(none)"
+
+
+class Feeding:
+    """An engine that also feeds the client: advance() goes in steps of at most
+    POLL_S and lets the client read records and submit after each. Every other
+    attribute is the engine's own."""
+
+    def __init__(self, engine: Any, client: JobClient) -> None:
+        self._engine = engine
+        self.client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    @property
+    def now(self) -> float:
+        return self._engine.now
+
+    def advance(self, until: float) -> None:
+        while self._engine.now < until:
+            due = self.client.next_due()
+            step = min(until, self._engine.now + POLL_S)
+            if due is not None and self._engine.now < due < step:
+                step = due
+            self._engine.advance(step)
+            self.client.step(self._engine)
+        self.client.step(self._engine)
+
+    def drain(self, last_s: float, on_step: Any = None) -> float:
+        """Advance until every job has an outcome or `last_s` (run time) has
+        passed; returns the time it stopped."""
+        while (self.client.open_jobs() or self.client.next_due() is not None) and (
+            self._engine.now < last_s
+        ):
+            self.advance(min(last_s, self._engine.now + POLL_S))
+            if on_step is not None:
+                on_step()
+        return self._engine.now
+
+
+def jobs_from_workload(
+    workload: Workload,
+    *,
+    start_s: float,
+    latency_ms: float,
+    dims: int,
+    seed: int,
+) -> list[tuple[float, JobInfo]]:
+    """The trace's jobs as the grid sees them: submitted start_s + their submit
+    time into the run; requirement point (size, 1 / latency bound, a random
+    virtual value); a serial job asks no latency."""
+    rng = random.Random(f"{seed}/job-points")
+    out = []
+    for job in workload.jobs:
+        inverse = 0.0 if job.size <= 1 else 1.0 / latency_ms
+        point = (float(job.size), inverse, *(rng.random() for _ in range(dims - 2)))
+        t = start_s + job.submit_s
+        out.append((t, JobInfo(job.job, job.size, max(0.0, job.run_s), t, point)))
+    return out
+
+
+class JobsRun:
+    """A spec's [jobs], prepared for one overlay run: the clustering, every
+    host's resource point, the CAN space they live in, the client and its
+    trace; and, at the end, what goes into the run folder."""
+
+    def __init__(self, spec: Any, topology: Any, names: Sequence[str], run_dir: Any) -> None:
+        from node.can.geometry import Dimension, Space
+        from node.cluster import static_clustering
+        from testbed.errors import InputError
+        from testbed.sched import prepare_workload
+
+        jobs = spec.jobs
+        self.spec = jobs
+        groups = [lab.get(jobs.label) for lab in topology.labels] if topology.labels else []
+        if not groups or any(g is None for g in groups):
+            raise InputError(
+                f"jobs.label: a static clustering needs every host labelled {jobs.label!r}; "
+                f"{topology.source} has {'no labels' if not groups else 'hosts without it'}",
+                source="<spec>",
+            )
+        self.name = jobs.clustering.strip().upper()
+        self.clusters = static_clustering(self.name, groups)
+        rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+        self.latency = np.maximum(rtt, rtt.T)
+        self.base = job_points(self.clusters, rtt)
+        widest = max(p[0] for p in self.base)
+        quickest = max(p[1] for p in self.base)
+        # Half-open boxes: the largest values must lie inside the space.
+        self.space = Space(
+            [
+                Dimension("size", 0.0, widest + 1.0),
+                Dimension("inv_latency", 0.0, max(quickest, 1.0 / jobs.latency_ms) * 2 + 1.0),
+                Dimension("virtual", 0.0, 1.0, virtual=True),
+            ]
+        )
+        self.workload = prepare_workload(jobs.workload, topology.n)
+        trace = jobs_from_workload(
+            self.workload,
+            start_s=jobs.start_s,
+            latency_ms=jobs.latency_ms,
+            dims=self.space.n,
+            seed=spec.seed,
+        )
+        self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
+        self.client = JobClient(
+            trace, names, seed=spec.seed, runtime_scale=jobs.workload.runtime_scale
+        )
+        self.engine_name = spec.engine
+        self.run_dir = run_dir
+        self.started: set[int] = set()  # hosts that ran a peer at some point
+
+    def sched_config(self) -> Any:
+        from node.sched.agent import SchedConfig
+
+        j = self.spec
+        return SchedConfig(
+            beat_s=j.beat_s,
+            dead_after_s=j.dead_after_s,
+            max_attempts=j.max_attempts,
+            retry_s=j.retry_s,
+            retry_max_s=j.retry_max_s,
+            max_rounds=j.max_rounds,
+            overprovision=0.0 if j.overprovision == "total" else float(j.overprovision),
+            handover_s=j.handover_s,
+            mpi_port=j.mpi_port,
+            rounds=j.rounds,
+            collective=j.collective,
+            payload_bytes=j.payload_bytes,
+            command=j.command,
+        )
+
+    def point(self, host: int, rng: random.Random) -> tuple[float, ...]:
+        return (*self.base[host], rng.random())
+
+    def joined(self, engine: Any, host: int) -> None:
+        """A peer was started on `host`: tell it its cluster."""
+        self.started.add(host)
+        engine.set_sched_cluster(host, list(self.clusters[host]))
+
+    def drain(self, feeding: Feeding, progress: Any = None) -> None:
+        last = max(self.last_submit_s, feeding.now) + self.spec.drain_s
+        feeding.drain(last, on_step=None if progress is None else lambda: progress(self.status()))
+
+    def status(self) -> str:
+        c = self.client
+        ended = sum(1 for j in c.jobs.values() if j.ok is not None)
+        return (
+            f"jobs: {ended}/{len(c.jobs)} ended, {c.open_jobs()} open, "
+            f"{c.resubmitted} submitted again"
+        )
+
+    def results(self) -> dict[str, Any]:
+        """Writes jobs.jsonl and slowdown.png; returns the summary's parts."""
+        import json
+
+        from testbed.sched import plot_slowdown
+        from testbed.sim.central import central_fcfs
+
+        rows = self.client.results()
+        with open(self.run_dir / "jobs.jsonl", "w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, separators=(",", ":")) + "\n")
+        variant = f"{self.engine_name}/{self.name}"
+        curves = {variant: self.client.slowdowns()}
+        slowdown = {variant: self.client.slowdown_stats()}
+        # The idealised central FCFS scheduler (seed 002 §4.3.2) on the same
+        # trace and on the clusters of the hosts that ran a peer: a reference,
+        # not a contest (no network, no churn, no program overhead).
+        usable: list[tuple[int, ...]] = []
+        for host, cluster in enumerate(self.clusters):
+            members = [m for m in cluster if m in self.started]
+            if host not in self.started:
+                usable.append(())
+            elif len(members) > 1 and self._diameter(members) <= self.spec.latency_ms:
+                usable.append(tuple(members))
+            else:
+                usable.append((host,))
+        placements, _unfit = central_fcfs(self.workload, usable)
+        scale = self.spec.workload.runtime_scale
+        central = [
+            bounded_slowdown(p.wait_s / scale, (p.end_s - p.start_s) / scale) for p in placements
+        ]
+        slowdown[f"central/{self.name}"] = slowdown_stats(central)
+        curves[f"central/{self.name}"] = central
+        plot_slowdown(self.run_dir / "slowdown.png", curves, f"bounded slowdown, {self.name}")
+        return {
+            "jobs": self.client.summary(),
+            "slowdown": slowdown,
+            "jobs_setup": {
+                "clustering": self.name,
+                "latency_ms": self.spec.latency_ms,
+                "trace": self.spec.workload.trace,
+                "workload": describe(self.workload),
+            },
+        }
+
+    def _diameter(self, members: Sequence[int]) -> float:
+        return float(self.latency[np.ix_(members, members)].max())

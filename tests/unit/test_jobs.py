@@ -1,0 +1,258 @@
+# The grid's user in overlay runs (testbed/jobs.py): submissions on time through
+# live peers, entries followed through hand-overs, jobs submitted again when
+# their entry is lost (but not while one of their runs goes on), every job
+# accounted for once; and a whole jobs run in the simulator.
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from node.wire import JobInfo
+from testbed.experiment import run_experiment
+from testbed.jobs import JobClient, cluster_point
+from testbed.spec import load_spec
+
+
+class FakeEngine:
+    """Peers 0..n-1 alive unless killed; records are fed by the test."""
+
+    def __init__(self, n: int) -> None:
+        self.now = 0.0
+        self.alive = dict.fromkeys(range(n), 1)
+        self.refuse: set[int] = set()
+        self.submitted: list[tuple[float, int, int]] = []  # (t, host, job)
+        self.pending: list[dict[str, Any]] = []
+
+    def submit(self, host: int, job: JobInfo) -> bool:
+        if host in self.refuse or host not in self.alive:
+            return False
+        self.submitted.append((self.now, host, job.id))
+        return True
+
+    def job_records(self) -> list[dict[str, Any]]:
+        out, self.pending = self.pending, []
+        return out
+
+    def live(self) -> dict[int, int]:
+        return dict(self.alive)
+
+    def advance(self, until: float) -> None:
+        self.now = until
+
+    def record(self, host: int, kind: str, job: int, **fields: Any) -> None:
+        self.pending.append({"host": host, "kind": kind, "job": job, "t": self.now, **fields})
+
+
+def client_for(
+    n_jobs: int, hosts: int = 4, scale: float = 1.0, refuse: set[int] = frozenset()
+) -> tuple[JobClient, FakeEngine]:
+    jobs = [(10.0 * k, JobInfo(100 + k, 2, 5.0, 10.0 * k, (2.0, 1.0, 0.5))) for k in range(n_jobs)]
+    engine = FakeEngine(hosts)
+    engine.refuse = set(refuse)
+    client = JobClient(jobs, [f"h{h + 1}" for h in range(hosts)], seed=1, runtime_scale=scale)
+    client.step(engine)  # learns who is alive; submits what is due at 0
+    return client, engine
+
+
+def entry_of(engine: FakeEngine, job: int) -> int:
+    return [h for _, h, j in engine.submitted if j == job][-1]
+
+
+def test_jobs_are_submitted_on_time_through_live_peers_that_take_them():
+    client, engine = client_for(3, refuse={0, 1, 2})  # only h4 takes jobs
+    for t in (5.0, 10.0, 20.0):
+        engine.advance(t)
+        client.step(engine)
+    assert engine.submitted == [(0.0, 3, 100), (10.0, 3, 101), (20.0, 3, 102)]
+    assert client.next_due() is None and client.open_jobs() == 3
+
+
+def test_a_job_nobody_takes_waits_for_a_peer():
+    client, engine = client_for(1, refuse={0, 1, 2, 3})
+    assert engine.submitted == [] and client.next_due() == 0.0
+    engine.refuse = set()
+    engine.advance(1.0)
+    client.step(engine)
+    assert [(t, j) for t, _, j in engine.submitted] == [(1.0, 100)]
+    assert client.summary()["submitted"] == 1
+
+
+def test_outcomes_count_once_and_slowdown_is_in_trace_seconds():
+    client, engine = client_for(2, scale=0.5)
+    engine.advance(10.0)
+    client.step(engine)
+    engine.advance(30.0)
+    # Job 100, submitted at 0, ends at 30 after a 4 s run: waited 26 s of run
+    # time, 52 s of trace time (x0.5), over max(8 s, 10 s).
+    engine.record(2, "job_finished", 100, attempt=9, ok=True, run_s=4.0)
+    engine.record(
+        entry_of(engine, 100), "job_ended", 100, ok=True, reason="", attempts=1, run_s=4.0
+    )
+    engine.record(
+        entry_of(engine, 101),
+        "job_ended",
+        101,
+        ok=False,
+        reason="no capable node near 10.0.0.3 for 2 nodes (after 5 attempts)",
+        attempts=5,
+        run_s=0.0,
+    )
+    engine.record(
+        entry_of(engine, 101), "job_ended", 101, ok=False, reason="again", attempts=5, run_s=0.0
+    )
+    client.step(engine)
+    summary = client.summary()
+    assert summary | {"wait_s": None, "run_s": None} == {
+        "submitted": 2,
+        "completed": 1,
+        "failed": 1,
+        "lost": 0,
+        "resubmitted": 0,
+        "duplicates": 1,
+        "executed_twice": 0,
+        "failure_reasons": {"no capable node near for nodes (after attempts)": 1},
+        "wait_s": None,
+        "run_s": None,
+    }
+    assert client.slowdowns() == [pytest.approx(1 + 52.0 / 10.0)]
+    rows = {r["job"]: r for r in client.results()}
+    assert rows[100]["outcome"] == "completed" and rows[100]["wait_s"] == 26.0
+    assert rows[101]["outcome"] == "failed" and rows[101]["reports"] == 2
+
+
+def test_a_crashed_entrys_job_is_submitted_again_elsewhere():
+    client, engine = client_for(1)
+    first = entry_of(engine, 100)
+    engine.alive[first] = 2  # crashed and came back: a new peer on the same host
+    engine.advance(1.0)
+    client.step(engine)
+    assert len(engine.submitted) == 2 and client.resubmitted == 1
+    assert client.results()[0]["entries"] == [f"h{first + 1}", f"h{entry_of(engine, 100) + 1}"]
+
+
+def test_a_job_handed_over_by_a_leaving_entry_is_not_submitted_again():
+    client, engine = client_for(1)
+    first = entry_of(engine, 100)
+    adopter = (first + 1) % 4
+    engine.record(adopter, "job_adopted", 100, source="x")
+    del engine.alive[first]
+    engine.advance(1.0)
+    client.step(engine)
+    assert len(engine.submitted) == 1 and client.resubmitted == 0
+    del engine.alive[adopter]  # now the adopter is lost too
+    engine.advance(2.0)
+    client.step(engine)
+    assert len(engine.submitted) == 2 and client.resubmitted == 1
+
+
+def test_a_running_job_of_a_lost_entry_reports_itself_or_is_submitted_again():
+    # Its run completes: no second submission.
+    client, engine = client_for(1)
+    entry = entry_of(engine, 100)
+    rep = (entry + 1) % 4
+    engine.record(rep, "job_started", 100, attempt=5, round=1, ranks=[])
+    del engine.alive[entry]
+    engine.advance(1.0)
+    client.step(engine)
+    assert len(engine.submitted) == 1
+    engine.advance(9.0)
+    engine.record(rep, "job_finished", 100, attempt=5, ok=True, reason="", run_s=8.0)
+    client.step(engine)
+    assert client.summary()["completed"] == 1 and client.resubmitted == 0
+    # Its run fails (or its node goes): submitted again.
+    client, engine = client_for(1)
+    entry = entry_of(engine, 100)
+    rep = (entry + 1) % 4
+    engine.record(rep, "job_started", 100, attempt=5, round=1, ranks=[])
+    client.step(engine)
+    del engine.alive[entry]
+    engine.advance(1.0)
+    client.step(engine)
+    engine.record(rep, "job_finished", 100, attempt=5, ok=False, reason="rank 1 on x: y", run_s=0.0)
+    engine.advance(2.0)
+    client.step(engine)
+    assert len(engine.submitted) == 2 and client.resubmitted == 1
+
+
+def test_cluster_points():
+    assert cluster_point(16, 0.64) == (16.0, pytest.approx(1 / 0.64))
+    assert cluster_point(1, 0.0) == (1.0, 0.0)
+
+
+SPEC = """
+name = "jobs-sim"
+engine = "sim"
+seed = {seed}
+routes_checked = 100
+
+[topology]
+ref = "topologies/sharcnet-emu.toml"
+hosts = 40
+
+[[phases]]
+action = "join"
+count = 36
+over_s = 10
+settle_s = 10
+
+[[phases]]
+action = "crash"
+count = 3
+settle_s = 20
+
+[[phases]]
+action = "leave"
+count = 3
+settle_s = 60
+
+[jobs]
+latency_ms = 1.0
+start_s = 15.0
+drain_s = 200.0
+
+[jobs.workload]
+trace = "traces/pwa/DAS2-fs1-2003-1.swf.gz"
+max_size = 12
+slice = 1000
+window_s = 300.0
+runtime_scale = 0.2
+first = 40
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_simulated_jobs_run_accounts_for_every_job_once(tmp_path, seed):
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.format(seed=seed))
+    spec, data = load_spec(spec_path)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jobs = summary["jobs"]
+    assert summary["status"] == "complete", summary
+    assert jobs["submitted"] == 40 and jobs["lost"] == 0 and jobs["duplicates"] == 0, jobs
+    assert jobs["completed"] + jobs["failed"] == 40
+    assert jobs["completed"] >= 38, jobs  # crashes and leaves while they run
+    rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
+    assert len(rows) == 40 and all("reason" in r for r in rows if r["outcome"] == "failed")
+    assert summary["slowdown"]["sim/ACTUAL"]["jobs"] == jobs["completed"]
+    assert summary["slowdown"]["central/ACTUAL"]["jobs"] == 40
+    assert (run_dir / "slowdown.png").stat().st_size > 0
+    # Parallel jobs ran on one Myrinet cluster each: within 1 ms, as they asked.
+    started = [
+        json.loads(line)
+        for line in (run_dir / "events.jsonl").read_text().splitlines()
+        if '"job_started"' in line
+    ]
+    assert started
+    labels = {f"10.0.0.{k + 1}": None for k in range(40)}
+    from testbed.topology import load_topology
+
+    topo = load_topology("topologies/sharcnet-emu.toml").select(40)
+    for k, lab in enumerate(topo.labels):
+        labels[f"10.0.0.{k + 1}"] = lab["cluster"]
+    for record in started:
+        clusters = {labels[ip] for ip in record["ranks"]}
+        assert len(clusters) == 1 and clusters != {"c0"}, record  # c0: the GigE one
