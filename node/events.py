@@ -17,6 +17,7 @@ __all__ = [
     "JobEnded",
     "JobFinished",
     "JobHandedOver",
+    "JobMoved",
     "JobStarted",
     "JobSubmitted",
     "JoinRetrying",
@@ -173,6 +174,17 @@ class JobEnded(Event):
     reason: str
     attempts: int
     run_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobMoved(Event):
+    """As representative: a job not started yet moved to a neighbour (DLB or QB)."""
+
+    kind: ClassVar[str] = "job_moved"
+    job: int
+    attempt: int
+    to: str
+    by: str  # "dlb" or "qb"
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,6 +182,7 @@ class NodeRuntime:
             "TESTBED_SIZE": str(len(action.peers)),
             "TESTBED_PEERS": peers,
             "TESTBED_COMPUTE_S": repr(action.compute_s),
+            "TESTBED_JOB": f"{action.job}/{action.attempt}/{action.round}",
         }
         argv = shlex.split(config.command) or [
             sys.executable, "-m", "node.mpi",

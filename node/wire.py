@@ -370,6 +370,7 @@ class JobRoute(msgspec.Struct, tag=22, array_like=True, frozen=True):
     # load (a queue length; for a parallel job its cluster's longest, maxQL).
     best: Endpoint | None = None
     best_load: int = 0
+    moved: bool = False  # by DLB or QB: a job moves once at most (seed 002 §4.2)
 
 
 class JobAck(msgspec.Struct, tag=23, array_like=True, frozen=True):
@@ -457,7 +458,10 @@ class SchedBeat(msgspec.Struct, tag=31, array_like=True, frozen=True):
     # Kim's aggregation (seed 000 §4.1.1), per dimension: (nodes, queued tasks)
     # in the region above us, flattened: n0, q0, n1, q1, ...
     above: tuple[float, ...]
-    tasks: tuple[tuple[int, int], ...]
+    # The (job, attempt) pairs we share with the receiver, each with its
+    # queue position here (runnable tasks ahead of it; 0 when running or
+    # when not a task of ours): a representative's averageQP (seed 002 §4.2).
+    tasks: tuple[tuple[int, int, int], ...]
 
 
 class JobHandover(msgspec.Struct, tag=32, array_like=True, frozen=True):

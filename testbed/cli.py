@@ -14,6 +14,7 @@ import json
 import math
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -872,10 +873,56 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
         err_console.status(f"running {spec.name} on {spec.engine}")
         if err_console.is_terminal
         else contextlib.nullcontext()
-    ):
-        run_dir = run_experiment(spec, data, out=out, on_phase=on_phase)
+    ) as status:
+        last_said = [0.0]
+
+        def progress(
+            line: str,
+        ) -> None:  # a jobs run's drain: a status line, and a log line a minute
+            if status is not None:
+                status.update(f"{spec.name}: {line}")
+            if time.monotonic() - last_said[0] >= 60:
+                last_said[0] = time.monotonic()
+                err_console.print(f"  {line}")
+
+        run_dir = run_experiment(spec, data, out=out, on_phase=on_phase, progress=progress)
     err_console.print(phases)
+    if spec.jobs is not None:
+        _print_jobs(json.loads((run_dir / "summary.json").read_text()))
     print(run_dir)
+
+
+def _print_jobs(summary: dict[str, Any]) -> None:
+    """The jobs of an overlay run: what became of them, and bounded slowdown."""
+    jobs = summary.get("jobs")
+    if not isinstance(jobs, dict) or "submitted" not in jobs:
+        err_console.print(
+            f"jobs: no results ({summary.get('jobs_error', 'the run stopped early')})"
+        )
+        return
+    setup = summary["jobs_setup"]
+    table = Table(
+        title=f"{summary['name']}: {jobs['submitted']} jobs on the {setup['clustering']} clusters "
+        f"(latency bound {setup['latency_ms']:g} ms), bounded slowdown in trace seconds"
+    )
+    for col in ("scheduler", "completed", "failed", "lost", "mean", "median", "p95", "p99", "max"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right")
+    for variant, figures in summary["slowdown"].items():
+        ours = not variant.startswith("central/")
+        counts = [str(jobs[k]) for k in ("completed", "failed", "lost")] if ours else ["-"] * 3
+        table.add_row(
+            variant if ours else f"{variant} (reference)",
+            *counts,
+            *(
+                "-" if figures[k] is None else f"{figures[k]:g}"
+                for k in ("mean", "median", "p95", "p99", "max")
+            ),
+        )
+    console.print(table)
+    extra = {k: jobs[k] for k in ("resubmitted", "duplicates", "executed_twice")}
+    console.print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()))
+    for reason, count in jobs["failure_reasons"].items():
+        console.print(f"  failed x{count}: {reason}")
 
 
 def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:

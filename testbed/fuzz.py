@@ -189,6 +189,7 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
             rng.randrange(-1, 4),
             rng.choice([None, *ends]),
             rng.choice([-1, 0, 5, small]),
+            rng.random() < 0.5,
         ),
         lambda: JobAck(small, small, rng.random() < 0.5),
         lambda: JobEnd(
@@ -210,7 +211,10 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
             rng.choice([-1, 0, 2, small]),
             rng.choice([-1, 0, 9, small]),
             tuple(_float(rng, -5, 1e6) for _ in range(rng.choice([0, 2 * dims, 7, 300]))),
-            tuple((rng.getrandbits(20), small) for _ in range(rng.choice([0, 2, 100]))),
+            tuple(
+                (rng.getrandbits(20), small, rng.choice([-1, 0, 3, small]))
+                for _ in range(rng.choice([0, 2, 100]))
+            ),
         ),
         lambda: JobHandover(job, small, rng.randrange(-1, 10), rng.choice([None, *ends])),
         lambda: JobTaken(small),

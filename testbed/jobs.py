@@ -414,6 +414,8 @@ class JobsRun:
             max_rounds=j.max_rounds,
             overprovision=0.0 if j.overprovision == "total" else float(j.overprovision),
             handover_s=j.handover_s,
+            balance=j.balance,
+            balance_s=j.balance_s,
             mpi_port=j.mpi_port,
             rounds=j.rounds,
             collective=j.collective,

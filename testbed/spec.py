@@ -152,6 +152,8 @@ class RunJobsSpec(msgspec.Struct, forbid_unknown_fields=True):
     start_s: float = 30.0  # the trace's time 0 is this far into the run
     drain_s: float = 600.0  # after the last submission, wait at most this long for outcomes
     overprovision: float | Literal["total"] = "total"
+    balance: Literal["none", "dlb", "qb", "qb+dlb"] = "qb+dlb"  # of jobs not started yet
+    balance_s: float = 10.0
     beat_s: float = 2.0
     dead_after_s: float = 7.0
     max_attempts: int = 5
@@ -232,7 +234,15 @@ def _check_run_jobs(j: RunJobsSpec, fail: Callable[[str, str], None]) -> None:
     _check_workload(j.workload, fail, "jobs.workload")
     if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", j.clustering.strip().upper()):
         fail("jobs.clustering", f"{j.clustering!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
-    for field in ("latency_ms", "beat_s", "dead_after_s", "retry_s", "retry_max_s", "handover_s"):
+    for field in (
+        "latency_ms",
+        "beat_s",
+        "dead_after_s",
+        "retry_s",
+        "retry_max_s",
+        "handover_s",
+        "balance_s",
+    ):
         value = getattr(j, field)
         if not (math.isfinite(value) and value > 0):
             fail(f"jobs.{field}", f"must be a positive number, not {value}")

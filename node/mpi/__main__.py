@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     parser.add_argument("--payload-bytes", type=int, default=8)
     parser.add_argument("--connect-timeout-s", type=float, default=30.0)
+    parser.add_argument(
+        "--job",
+        default=os.environ.get("TESTBED_JOB", ""),
+        help="the job's token: ranks of other jobs are turned away (default TESTBED_JOB)",
+    )
     parser.add_argument("--result", type=Path)
     args = parser.parse_args(argv)
     if args.rank is None or args.peers is None:
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             collective=args.collective,
             payload_bytes=args.payload_bytes,
             connect_timeout_s=args.connect_timeout_s,
+            token=args.job,
         )
         rank = int(args.rank)
         if not 0 <= rank < len(peers):

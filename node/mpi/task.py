@@ -3,9 +3,10 @@
 # Theory of operation
 #   The job's ranks know each other's addresses (rank order). Each listens on
 #   its own address; rank r connects to every lower rank and accepts every
-#   higher one (a full mesh of TCP connections, each opened by a 4-byte hello
-#   naming the rank). An opening barrier aligns the ranks; then the program
-#   runs `rounds` times: a compute phase (`compute_s` / rounds, slept: the
+#   higher one (a full mesh of TCP connections, each opened by a hello naming
+#   the rank and the job's token, answered by a welcome: a connection from a
+#   rank of another job -- a killed attempt still exiting -- is turned away).
+#   An opening barrier aligns the ranks; then the program runs `rounds` times: a compute phase (`compute_s` / rounds, slept: the
 #   trace's runtime, scaled, without loading the host's CPU) and a collective
 #   through rank 0: every other rank sends its part (`payload_bytes`), rank 0
 #   combines them (allreduce: the element-wise sum of float64 vectors; barrier:
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import array
+import errno
 import socket
 import struct
 import time
@@ -29,6 +31,8 @@ __all__ = ["Job", "TaskError", "run_task"]
 Address = tuple[str, int]
 _LENGTH = struct.Struct("!I")
 MAX_FRAME = 64 << 20
+MAX_TOKEN_BYTES = 256
+WELCOME = b"welcome"
 COLLECTIVES = ("allreduce", "barrier")
 
 
@@ -46,6 +50,9 @@ class Job:
     collective: str = "allreduce"
     payload_bytes: int = 8  # per rank per round (allreduce: a multiple of 8)
     connect_timeout_s: float = 30.0
+    # Names the job in every hello: a rank of another job (a killed attempt
+    # still exiting on the same port) is turned away, not taken into the mesh.
+    token: str = ""
 
     def __post_init__(self) -> None:
         if len(self.peers) < 1:
@@ -56,6 +63,8 @@ class Job:
             raise ValueError(f"collective must be one of {COLLECTIVES}, not {self.collective!r}")
         if self.payload_bytes < 0 or self.payload_bytes % 8 or self.payload_bytes > MAX_FRAME:
             raise ValueError("payload_bytes must be a multiple of 8 below 64 MiB")
+        if len(self.token.encode()) > MAX_TOKEN_BYTES:
+            raise ValueError(f"token must be at most {MAX_TOKEN_BYTES} bytes")
 
 
 @dataclass
@@ -102,40 +111,73 @@ def _recv(sock: socket.socket) -> bytes:
     return _recv_exactly(sock, length)
 
 
+def _listen(address: Address, backlog: int, deadline: float) -> socket.socket:
+    """Our rank's listener; the port may still be held by a rank of an earlier
+    job that is being stopped, so a busy port is tried again until the deadline."""
+    while True:
+        try:
+            return socket.create_server(address, backlog=backlog)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise TaskError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+            time.sleep(0.05)
+
+
+def _dial(rank: int, other: int, job: Job, deadline: float) -> socket.socket:
+    """A link to a lower rank: connect, say hello (our rank and the job's
+    token), wait for its welcome; anything else (nobody listening yet, a rank
+    of another job) is tried again until the deadline."""
+    hello = rank.to_bytes(4, "big") + job.token.encode()
+    while True:
+        sock = None
+        try:
+            sock = socket.create_connection(job.peers[other], timeout=2.0)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _send(sock, hello)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))  # it may be dialling too
+            if _recv(sock) == WELCOME:
+                sock.settimeout(None)
+                return sock
+        except (OSError, TaskError):
+            pass
+        if sock is not None:
+            sock.close()
+        if time.monotonic() > deadline:
+            raise TaskError(f"rank {other} at {job.peers[other]} never listened") from None
+        time.sleep(0.05)
+
+
 def _connect_mesh(rank: int, job: Job) -> dict[int, socket.socket]:
     size = len(job.peers)
     deadline = time.monotonic() + job.connect_timeout_s
-    listener = socket.create_server(job.peers[rank], backlog=size)
+    listener = _listen(job.peers[rank], size, deadline)
     links: dict[int, socket.socket] = {}
+    token = job.token.encode()
     try:
         for other in range(rank):  # lower ranks listen first, or soon
-            while True:
-                try:
-                    sock = socket.create_connection(job.peers[other], timeout=2.0)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise TaskError(
-                            f"rank {other} at {job.peers[other]} never listened"
-                        ) from None
-                    time.sleep(0.05)
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _send(sock, rank.to_bytes(4, "big"))
-            links[other] = sock
-        listener.settimeout(max(0.1, deadline - time.monotonic()))
+            links[other] = _dial(rank, other, job, deadline)
         while len(links) < size - 1:
+            listener.settimeout(max(0.1, deadline - time.monotonic()))
             try:
                 sock, _ = listener.accept()
             except TimeoutError:
                 missing = sorted(set(range(size)) - set(links) - {rank})
                 raise TaskError(f"ranks {missing} never connected") from None
-            sock.settimeout(None)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            other = int.from_bytes(_recv(sock), "big")
-            if not rank < other < size or other in links:
+            try:
+                hello = _recv(sock)
+            except (OSError, TaskError):
                 sock.close()
-                raise TaskError(f"a hello from rank {other}")
+                continue
+            other = int.from_bytes(hello[:4], "big")
+            if hello[4:] != token or not rank < other < size:
+                sock.close()  # another job's rank, or nonsense: not ours
+                continue
+            if other in links:  # it gave up on an earlier try: the newest one counts
+                links.pop(other).close()
+            _send(sock, WELCOME)
+            sock.settimeout(None)
             links[other] = sock
     except BaseException:
         for sock in links.values():

@@ -69,6 +69,7 @@ from node.events import (
     JobEnded,
     JobFinished,
     JobHandedOver,
+    JobMoved,
     JobStarted,
     JobSubmitted,
 )
@@ -101,6 +102,7 @@ MAX_RUNTIME_S = 1e6
 MAX_REASON = 200  # characters of a failure reason on the wire
 MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
 STOPPING_FACTOR = 2  # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF
+BALANCERS = ("none", "dlb", "qb", "qb+dlb")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
 
@@ -116,6 +118,10 @@ class SchedConfig:
     overprovision: float = 0.0  # 0: total (every member); else a factor >= 1
     max_hops: int = 64
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
+    # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
+    # "qb" or "qb+dlb", every balance_s, over our direct neighbours.
+    balance: str = "qb+dlb"
+    balance_s: float = 10.0
     mpi_port: int = 7100  # where a rank listens (one rank per peer at a time)
     rounds: int = 10  # communication rounds of the built-in program
     collective: str = "allreduce"
@@ -133,6 +139,10 @@ class SchedConfig:
             raise ValueError("need 0 < retry_s <= retry_max_s")
         if not self.handover_s > 0:
             raise ValueError("handover_s must be positive")
+        if self.balance not in BALANCERS:
+            raise ValueError(f"balance {self.balance!r}: expected one of {', '.join(BALANCERS)}")
+        if not self.balance_s > 0:
+            raise ValueError("balance_s must be positive")
         if self.overprovision != 0 and self.overprovision < 1:
             raise ValueError("overprovision is 0 (total) or a factor >= 1")
         if not 0 < self.mpi_port < 65536:
@@ -221,6 +231,8 @@ class _Rep:
     reason: str = ""
     run_s: float = 0.0
     orphan: bool = False  # its entry is gone: it runs to the end, then goes
+    moved: bool = False  # DLB or QB moved it here: it stays
+    positions: dict[Address, int] = field(default_factory=dict)  # its tasks' queue positions
 
 
 @dataclass
@@ -273,6 +285,8 @@ class SchedAgent:
         self._next_handover = math.inf
         self._actions: list[Action] = []
         self._next_beat = math.inf
+        self._next_balance = math.inf
+        self._balancers = set(config.balance.split("+")) - {"none"}
         self.counts: dict[str, int] = {}
 
     # -- commands --------------------------------------------------------------------------------------
@@ -371,14 +385,20 @@ class SchedAgent:
         if now >= self._next_beat:
             self._next_beat = now + self.config.beat_s
             self._beat(now)
+        if now >= self._next_balance:
+            self._next_balance = now + self.config.balance_s
+            if not self.gone:
+                self._balance(now)
 
     def get_timer(self) -> float | None:
-        deadline = min(self._next_beat, self._next_handover)
+        deadline = min(self._next_beat, self._next_handover, self._next_balance)
         return None if deadline == math.inf else deadline
 
     def _wake(self, now: float) -> None:
         if self._next_beat == math.inf:
             self._next_beat = now + self.rng.uniform(0, self.config.beat_s)
+        if self._next_balance == math.inf and self._balancers:
+            self._next_balance = now + self.rng.uniform(0, self.config.balance_s)
 
     # -- entry ---------------------------------------------------------------------------------------------
 
@@ -498,7 +518,7 @@ class SchedAgent:
         if self.gone:
             fail(f"routing reached {self.address[0]}, which is leaving")
         elif route.stage == STAGE_PLACED:
-            self._represent(job, attempt, entry, now)
+            self._represent(job, attempt, entry, now, moved=route.moved)
         elif route.hops >= self.config.max_hops:
             fail(f"no capable node within {self.config.max_hops} hops")
         elif route.stage == STAGE_ROUTE and (hop := self._route_step(job.point)) != -1:
@@ -672,7 +692,9 @@ class SchedAgent:
 
     # -- representative --------------------------------------------------------------------------------
 
-    def _represent(self, job: JobInfo, attempt: int, entry: Address, now: float) -> None:
+    def _represent(
+        self, job: JobInfo, attempt: int, entry: Address, now: float, *, moved: bool = False
+    ) -> None:
         key = (job.id, attempt)
         if key in self.reps:
             return  # a duplicate placement
@@ -689,6 +711,7 @@ class SchedAgent:
             want = min(len(live), math.ceil(self.config.overprovision * job.size))
             others = self.rng.sample(others, want - 1)
         rep = self.reps[key] = _Rep(job, attempt, entry, [self.address, *others], now)
+        rep.moved = moved
         self._count("represented")
         self._offer(rep, now)
         self._send(entry, JobAck(job.id, attempt, False))
@@ -835,6 +858,65 @@ class SchedAgent:
             self._drop_attempt(key, "cancelled", now)
         return None
 
+    # -- balancing (seed 002 §4.2, Algorithms 1 and 2) -----------------------------------------------
+
+    def _balance(self, now: float) -> None:
+        """DLB, then QB: the oldest idle job (not started, never moved) that a
+        neighbour can take is moved there; one job per period at most."""
+        idle = sorted(
+            (r for r in self.reps.values() if r.state == "collecting" and not r.moved),
+            key=lambda r: _order(r.job),
+        )
+        if not idle:
+            return
+        fresh = now - self.config.dead_after_s
+        near = []
+        for info in self._neighbours():
+            addr = (info.host, info.port)
+            heard = self.state_of.get(addr)
+            # Another cluster's node that takes jobs and was heard from lately.
+            usable = heard is not None and heard.at >= fresh and heard.load >= 0
+            if usable and addr not in self.members:
+                near.append((info, heard))
+        for how in ("dlb", "qb"):
+            if how not in self._balancers:
+                continue
+            for rep in idle:
+                job, serial = rep.job, rep.job.size == 1
+                average_qp = self._average_qp(rep)
+                fits = []
+                for info, heard in near:
+                    if not (self._capable(info.point, job) and heard.size >= job.size):
+                        continue
+                    if how == "dlb":  # c0: its residue runs the job now
+                        ok = heard.load == 0 if serial else heard.free >= job.size
+                    else:  # c1: no task of the job would queue longer there
+                        ok = (heard.load if serial else heard.maxql) < average_qp - 1
+                    if ok:
+                        addr = (info.host, info.port)
+                        fits.append(
+                            _Candidate(addr, info.point, heard.load, heard.free, heard.maxql)
+                        )
+                if fits:
+                    self._move(rep, self._least_capable(fits).addr, how, now)
+                    return
+
+    def _average_qp(self, rep: _Rep) -> float:
+        """The mean queue position of the job's tasks, as their members last said."""
+        mine = self._positions().get((rep.job.id, rep.attempt), 0)
+        values = [mine if m == self.address else rep.positions.get(m, 0) for m in rep.members]
+        return sum(values) / len(values)
+
+    def _move(self, rep: _Rep, target: Address, how: str, now: float) -> None:
+        key = (rep.job.id, rep.attempt)
+        del self.reps[key]
+        for member in rep.members:
+            self._send(member, TaskCancel(rep.job.id, rep.attempt, rep.round))
+        entry = Endpoint(*rep.entry)
+        self._send(target, JobRoute(rep.job, rep.attempt, entry, 0, STAGE_PLACED, moved=True))
+        self._count(f"moved_{how}")
+        self._emit(JobMoved(now, rep.job.id, rep.attempt, target[0], how))
+
     # -- member ---------------------------------------------------------------------------------------
 
     def _on_offer(self, source: Address, offer: TaskOffer, now: float) -> str | None:
@@ -922,7 +1004,11 @@ class SchedAgent:
         if not (beat.load >= -1 and 0 <= beat.free <= beat.size and beat.maxql >= 0):
             return "bad load figures"
         self.state_of[source] = _Heard(beat.load, beat.size, beat.free, beat.maxql, beat.above, now)
-        listed = set(beat.tasks)
+        listed = {(job, attempt) for job, attempt, _ in beat.tasks}
+        for job, attempt, position in beat.tasks:
+            rep = self.reps.get((job, attempt))
+            if rep is not None and source in rep.members and 0 <= position <= MAX_SHARED:
+                rep.positions[source] = position
         grace = now - 2 * self.config.beat_s
         for key, rep in list(self.reps.items()):
             if key in listed:
@@ -1002,9 +1088,23 @@ class SchedAgent:
         self.above = self._aggregate(now)
         load = -1 if self.gone else self._load()
         size, free, maxql = self._cluster_view(now)
+        positions = self._positions()
         for addr, keys in shared.items():
-            tasks = tuple(sorted(set(keys)))[:MAX_SHARED]
-            self._send(addr, SchedBeat(load, size, free, maxql, self.above, tasks))
+            tasks = tuple((j, a, positions.get((j, a), 0)) for j, a in sorted(set(keys)))
+            self._send(addr, SchedBeat(load, size, free, maxql, self.above, tasks[:MAX_SHARED]))
+
+    def _positions(self) -> dict[tuple[int, int], int]:
+        """Each task's queue position here: the runnable tasks ahead of it (a
+        running one has position 0; seed 002 §4.2)."""
+        waiting = sorted(
+            (key for key, t in self.tasks.items() if t.state in ("queued", "ready")),
+            key=lambda key: _order(self.tasks[key].job),
+        )
+        ahead = 1 if self.running is not None else 0
+        out = {key: ahead + k for k, key in enumerate(waiting)}
+        if self.running is not None:
+            out[self.running] = 0
+        return out
 
     def _cluster_view(self, now: float) -> tuple[int, int, int]:
         """Our cluster as its members last told us: live members, how many of

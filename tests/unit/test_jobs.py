@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from node.wire import JobInfo
-from testbed.experiment import run_experiment
-from testbed.jobs import JobClient, cluster_point
+from testbed.experiment import churn_schedule, run_experiment, select_topology
+from testbed.jobs import JobClient, JobsRun, cluster_point
 from testbed.spec import load_spec
 
 
@@ -256,3 +257,19 @@ def test_a_simulated_jobs_run_accounts_for_every_job_once(tmp_path, seed):
     for record in started:
         clusters = {labels[ip] for ip in record["ranks"]}
         assert len(clusters) == 1 and clusters != {"c0"}, record  # c0: the GigE one
+
+
+def test_the_bundled_sched_emu_spec_is_valid(monkeypatch):
+    root = Path(__file__).parents[2]
+    monkeypatch.chdir(root)
+    spec, _ = load_spec(root / "scripts" / "experiments" / "sched-emu.toml")
+    assert spec.engine == "emu" and spec.jobs is not None and spec.churn is not None
+    topology = select_topology(spec)
+    names = [f"h{k + 1}" for k in range(topology.n)]
+    schedule = churn_schedule(spec, topology, names)
+    assert schedule is not None and any(e.verb == "crash" for e in schedule.events)
+    assert any(e.verb == "leave" for e in schedule.events)
+    run = JobsRun(spec, topology, names, root)
+    assert len(run.client.jobs) == 300
+    widest = max(len(c) for c in run.clusters if run._diameter(c) <= spec.jobs.latency_ms)
+    assert max(j.info.size for j in run.client.jobs.values()) <= widest

@@ -77,3 +77,31 @@ def test_bad_jobs_and_arguments_are_refused():
         text=True,
     )
     assert run.returncode == 2 and "expected host:port" in run.stderr
+
+
+def test_a_rank_of_another_job_is_turned_away_and_the_mesh_still_forms():
+    peers = tuple(("127.0.0.1", p) for p in free_ports(3))
+    ours = Job(peers, rounds=3, compute_s=0.0, token="7/1/1", connect_timeout_s=5.0)
+    stale = Job(peers, rounds=3, compute_s=0.0, token="5/2/1", connect_timeout_s=1.0)
+    out: dict[str, object] = {}
+
+    def stale_rank() -> None:  # rank 2 of an earlier job, dialling rank 0 of ours
+        try:
+            out["stale"] = run_task(2, stale)
+        except TaskError as exc:
+            out["stale"] = exc
+
+    intruder = threading.Thread(target=stale_rank)
+    intruder.start()
+    results = run_ranks(ours, [0, 1, 2])
+    intruder.join(10)
+    assert all(r.checksum == 6.0 for r in results.values()), results  # 1 + 2 + 3
+    assert isinstance(out["stale"], TaskError)  # never welcomed, it gave up
+
+
+def test_a_port_still_held_by_an_exiting_rank_is_waited_for():
+    peers = tuple(("127.0.0.1", p) for p in free_ports(2))
+    holder = socket.create_server(peers[0])  # an earlier job's rank 0, still exiting
+    threading.Timer(0.5, holder.close).start()
+    results = run_ranks(Job(peers, rounds=2, compute_s=0.0, connect_timeout_s=5.0), [0, 1])
+    assert all(r.checksum == 3.0 for r in results.values()), results

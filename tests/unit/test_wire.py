@@ -84,7 +84,7 @@ MESSAGES = [
     wire.TaskStart(9, 1 << 30, 2, 1, (wire.Endpoint("10.0.0.3", 7100),) * 4),
     wire.TaskCancel(9, 1 << 30, 2),
     wire.TaskDone(9, 1 << 30, 2, True, ""),
-    wire.SchedBeat(3, 16, 4, 7, (12.5, 30.0, 0.0, 0.0, 3.25, 8.0), ((9, 1 << 30), (10, 5))),
+    wire.SchedBeat(3, 16, 4, 7, (12.5, 30.0, 0.0, 0.0, 3.25, 8.0), ((9, 1 << 30, 3), (10, 5, 0))),
     wire.JobHandover(JOB, 1 << 30, 2, None),
     wire.JobHandover(JOB, 1 << 30, 2, wire.Endpoint("10.0.0.4", 7000)),
     wire.JobTaken(9),

@@ -1,0 +1,101 @@
+# Jobs on real peers (issue "Parallel MPI-like jobs"): a small trace scheduled
+# by the peers' schedulers and run as real MPI-like rank processes over TCP,
+# while peers crash; every job accounted for once.
+
+from __future__ import annotations
+
+import json
+
+from testbed.experiment import run_experiment
+from testbed.spec import load_spec
+
+# A SHARCNET-style grid of 20 hosts: a GigE cluster of 8 (8-12 ms inside) and
+# two Myrinet clusters of 6 (0.56-0.64 ms), PlanetLab latencies between them.
+GRID = """
+[sharcnet]
+seed = 3
+clusters = [8, 6, 6]
+inter = "planetlab:1"
+myrinet_latency = { dist = "uniform", low_ms = 0.56, high_ms = 0.64 }
+gige_latency = { dist = "uniform", low_ms = 8.0, high_ms = 12.0 }
+"""
+
+# job, submit, wait, run, procs, ... (SWF): 10 jobs of 2-3 nodes, 10 s each, 3 s apart.
+SIZES = [2, 3, 2, 3, 2, 2, 3, 2, 3, 2]
+TRACE = "\n".join(
+    f"{k + 1} {3 * k} 0 10 {size} -1 -1 {size} -1 -1 1 1 1 -1 1 -1 -1 -1"
+    for k, size in enumerate(SIZES)
+)
+
+
+def spec_for(tmp_path) -> dict:
+    (tmp_path / "grid.toml").write_text(GRID)
+    (tmp_path / "jobs.swf").write_text(TRACE + "\n")
+    return {
+        "name": "jobs-emu-small",
+        "engine": "emu",
+        "seed": 1,
+        "routes_checked": 200,
+        "topology": {"ref": str(tmp_path / "grid.toml")},
+        "node": {
+            "update_interval_s": 1.0,
+            "suspect_after_s": 3.0,
+            "probe_timeout_s": 1.0,
+            "propose_timeout_s": 1.0,
+            "join_timeout_s": 4.0,
+            "retry_max_s": 4.0,
+        },
+        "phases": [
+            {"name": "build", "action": "join", "count": 18, "over_s": 6, "settle_s": 10},
+            {"name": "crash", "action": "crash", "count": 2, "settle_s": 12},
+        ],
+        "jobs": {
+            "latency_ms": 1.0,
+            "start_s": 12.0,
+            "drain_s": 90.0,
+            "beat_s": 1.0,
+            "dead_after_s": 4.0,
+            "rounds": 3,
+            "workload": {"trace": str(tmp_path / "jobs.swf"), "runtime_scale": 0.2},
+        },
+    }
+
+
+def test_real_peers_run_every_job_once_while_peers_crash(tmp_path):
+    spec, data = load_spec(None, [], defaults=spec_for(tmp_path))
+    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete", summary
+    jobs = summary["jobs"]
+    assert jobs["submitted"] == 10 and jobs["lost"] == 0 and jobs["duplicates"] == 0, jobs
+    assert jobs["completed"] + jobs["failed"] == 10
+    assert jobs["completed"] >= 9, jobs
+    assert summary["slowdown"]["emu/ACTUAL"]["jobs"] == jobs["completed"]
+    assert summary["invariants"]["violations"] == 0
+    assert summary["emu"]["wan"]["leftovers"] == {
+        "netns": 0,
+        "links": 0,
+        "rules": 0,
+        "processes": 0,
+    }
+    # The ranks were real processes that met over TCP: each completed job has
+    # one rank record per node, all with the allreduce's checksum, on hosts of
+    # one Myrinet cluster (the GigE one is wider than the jobs' 1 ms).
+    records = []
+    for log in (run_dir / "peers").glob("h*.jsonl"):
+        records += [json.loads(line) for line in log.read_text().splitlines()]
+    ranks = [r for r in records if r["kind"] == "rank" and r["ok"]]
+    started = {(r["job"], r["attempt"]): r for r in records if r["kind"] == "job_started"}
+    finished = [r for r in records if r["kind"] == "job_finished" and r["ok"]]
+    assert len(finished) >= jobs["completed"]
+    for done in finished:
+        key = (done["job"], done["attempt"])
+        mine = [r for r in ranks if (r["job"], r["attempt"]) == key]
+        assert len(mine) == SIZES[done["job"] - 1] == len(started[key]["ranks"])
+        n = len(mine)
+        assert all(r["result"]["checksum"] == n * (n + 1) / 2 for r in mine), (
+            mine
+        )  # sum of rank + 1
+        assert all(r["wall_s"] >= 2.0 for r in mine)  # 10 s of trace time x0.2
+        hosts = {int(ip.rsplit(".", 1)[1]) for ip in started[key]["ranks"]}
+        assert hosts <= set(range(9, 15)) or hosts <= set(range(15, 21)), started[key]
