@@ -903,18 +903,19 @@ def _print_jobs(summary: dict[str, Any]) -> None:
     setup = summary["jobs_setup"]
     table = Table(
         title=f"{summary['name']}: {jobs['submitted']} jobs on the {setup['clustering']} clusters "
-        f"(latency bound {setup['latency_ms']:g} ms), bounded slowdown in trace seconds"
+        f"(latency bound {setup['latency_ms']:g} ms), bounded slowdown in trace seconds",
+        caption="central: the idealised central FCFS scheduler on the same trace, a reference",
     )
-    for col in ("scheduler", "completed", "failed", "lost", "mean", "median", "p95", "p99", "max"):
-        table.add_column(col, justify="left" if col == "scheduler" else "right")
+    for col in ("scheduler", "done", "failed", "lost", "mean", "median", "p95", "p99", "max"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right", no_wrap=True)
     for variant, figures in summary["slowdown"].items():
         ours = not variant.startswith("central/")
         counts = [str(jobs[k]) for k in ("completed", "failed", "lost")] if ours else ["-"] * 3
         table.add_row(
-            variant if ours else f"{variant} (reference)",
+            variant,
             *counts,
             *(
-                "-" if figures[k] is None else f"{figures[k]:g}"
+                "-" if figures[k] is None else f"{figures[k]:.3g}"
                 for k in ("mean", "median", "p95", "p99", "max")
             ),
         )

@@ -402,26 +402,19 @@ class JobsRun:
         self.started: set[int] = set()  # hosts that ran a peer at some point
 
     def sched_config(self) -> Any:
+        """The peers' SchedConfig: every field of the same name in [jobs]."""
+        import dataclasses
+
         from node.sched.agent import SchedConfig
 
         j = self.spec
-        return SchedConfig(
-            beat_s=j.beat_s,
-            dead_after_s=j.dead_after_s,
-            max_attempts=j.max_attempts,
-            retry_s=j.retry_s,
-            retry_max_s=j.retry_max_s,
-            max_rounds=j.max_rounds,
-            overprovision=0.0 if j.overprovision == "total" else float(j.overprovision),
-            handover_s=j.handover_s,
-            balance=j.balance,
-            balance_s=j.balance_s,
-            mpi_port=j.mpi_port,
-            rounds=j.rounds,
-            collective=j.collective,
-            payload_bytes=j.payload_bytes,
-            command=j.command,
-        )
+        given = {
+            f.name: getattr(j, f.name)
+            for f in dataclasses.fields(SchedConfig)
+            if hasattr(j, f.name)
+        }
+        given["overprovision"] = 0.0 if j.overprovision == "total" else float(j.overprovision)
+        return SchedConfig(**given)
 
     def point(self, host: int, rng: random.Random) -> tuple[float, ...]:
         return (*self.base[host], rng.random())
