@@ -28,7 +28,7 @@
 #
 # Run folder: jobs.jsonl (one line per job, at the end), and in summary.json
 # `jobs.{submitted, completed, failed, lost, resubmitted, duplicates,
-# executed_twice}`, `slowdown.<engine>/<clustering>` and, for reference, the
+# executed_twice, utilisation}`, `slowdown.<engine>/<clustering>` and, for reference, the
 # idealised central FCFS scheduler on the same trace and clusters.
 
 from __future__ import annotations
@@ -470,8 +470,15 @@ class JobsRun:
         slowdown[f"central/{self.name}"] = slowdown_stats(central)
         curves[f"central/{self.name}"] = central
         plot_slowdown(self.run_dir / "slowdown.png", curves, f"bounded slowdown, {self.name}")
+        jobs = self.client.summary()
+        ends = [j.end_t for j in self.client.jobs.values() if j.ok and j.end_t is not None]
+        span = max(ends, default=self.spec.start_s) - self.spec.start_s
+        busy = sum(j.info.size * j.run_s for j in self.client.jobs.values() if j.ok)
+        # Node time the completed jobs' ranks ran, over the nodes that ran a
+        # peer, from the trace's start to the last completion.
+        jobs["utilisation"] = round(busy / (span * len(self.started)), 4) if span > 0 else 0.0
         return {
-            "jobs": self.client.summary(),
+            "jobs": jobs,
             "slowdown": slowdown,
             "jobs_setup": {
                 "clustering": self.name,

@@ -239,6 +239,7 @@ def test_a_simulated_jobs_run_accounts_for_every_job_once(tmp_path, seed):
     rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
     assert len(rows) == 40 and all("reason" in r for r in rows if r["outcome"] == "failed")
     assert summary["slowdown"]["sim/ACTUAL"]["jobs"] == jobs["completed"]
+    assert 0 < jobs["utilisation"] < 1
     assert summary["slowdown"]["central/ACTUAL"]["jobs"] == 40
     assert (run_dir / "slowdown.png").stat().st_size > 0
     # Parallel jobs ran on one Myrinet cluster each: within 1 ms, as they asked.
