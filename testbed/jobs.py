@@ -17,7 +17,11 @@
 #   handing it over -- is submitted again through another live peer (seed 000
 #   §2.1: "the client must resubmit the job"), unless one of its attempts is
 #   running: that run goes on to its end and reports it, and only if it fails
-#   or its node goes too is the job submitted again. Nothing else is ever
+#   or its node goes too is the job submitted again. The client waits
+#   `grace_s` before it submits again: a representative that has not noticed
+#   the entry's silence yet may still start the waiting attempt (the client
+#   then follows that run), and after grace_s every such attempt has started
+#   or been dropped, so the job does not run twice. Nothing else is ever
 #   retried by the client.
 #
 #   At the end every job is completed, failed with the reason its entry gave,
@@ -106,6 +110,7 @@ class _Job:
     runs_ok: int = 0  # job_finished ok records: completed executions
     running: tuple[int, int, int] | None = None  # (host, incarnation, attempt) of a started run
     orphan: bool = False  # its entry is gone; waiting for the running attempt's own report
+    again_at: float | None = None  # its entry is gone and no run started: submit again then
 
 
 class JobClient:
@@ -118,9 +123,14 @@ class JobClient:
         *,
         seed: int,
         runtime_scale: float = 1.0,
+        grace_s: float = 0.0,
     ) -> None:
+        """grace_s: how long after an entry is lost a job of it that has not
+        started is submitted again (long enough for its representatives to
+        notice and drop a waiting attempt)."""
         if len({info.id for _, info in jobs}) != len(jobs):
             raise ValueError("job ids must be unique")
+        self.grace_s = grace_s
         self.jobs = {info.id: _Job(info, t) for t, info in sorted(jobs, key=lambda j: j[0])}
         self._due = sorted(self.jobs.values(), key=lambda j: (j.submit_t, j.info.id))
         self._next = 0
@@ -154,12 +164,12 @@ class JobClient:
                 continue
             run_lost = job.running is not None and job.running[:2] in gone
             if job.entry is not None and job.entry in gone:
-                job.entry = None
-                if job.running is not None and not run_lost:
-                    job.orphan = True  # its run reports to us when it ends
-                else:
-                    self._again(job)
+                job.entry, job.orphan = None, True  # a run reports to us when it ends
+                if job.running is None or run_lost:
+                    job.running, job.again_at = None, engine.now + self.grace_s
             elif job.orphan and run_lost:
+                self._again(job)
+            if job.again_at is not None and job.again_at <= engine.now:
                 self._again(job)
         # Resubmissions first (they are older), then what the trace submits now;
         # with no live peer taking them they wait for the next step.
@@ -172,7 +182,7 @@ class JobClient:
     def _again(self, job: _Job) -> None:
         """Submit the job again (its entry is gone with it)."""
         self.resubmitted += 1
-        job.entry, job.running, job.orphan = None, None, False
+        job.entry, job.running, job.orphan, job.again_at = None, None, False, None
         self._waiting.append(job)
 
     def _submit(self, job: _Job, engine: JobEngine) -> bool:
@@ -197,6 +207,7 @@ class JobClient:
             job.entry = (host, self._live.get(host, -1))
         elif kind == "job_started":
             job.running = (host, self._live.get(host, -1), int(record["attempt"]))
+            job.again_at = None  # an attempt of a lost entry started after all: follow it
         elif kind == "job_finished":
             mine = job.running is not None and job.running[::2] == (host, record["attempt"])
             if mine:
@@ -395,7 +406,13 @@ class JobsRun:
         )
         self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
         self.client = JobClient(
-            trace, names, seed=spec.seed, runtime_scale=jobs.workload.runtime_scale
+            trace,
+            names,
+            seed=spec.seed,
+            runtime_scale=jobs.workload.runtime_scale,
+            # A representative drops a waiting attempt at its first beat after
+            # dead_after_s of its entry's silence; one beat more for slack.
+            grace_s=jobs.dead_after_s + 2 * jobs.beat_s,
         )
         self.engine_name = spec.engine
         self.run_dir = run_dir

@@ -211,6 +211,8 @@ class _Entry:
     ended: bool = False
     watching: bool = False  # adopted: tell the representative (JobWatch) until it acks
     handed_to: Address | None = None  # leaving: handed over to this peer, not taken yet
+    running: bool = False  # the current try's representative said it runs
+    earlier: list[int] = field(default_factory=list)  # the ids of the tries before
 
 
 @dataclass
@@ -410,8 +412,10 @@ class SchedAgent:
             self._end(entry, False, f"{entry.reason} (after {entry.tries} attempts)", 0.0, now)
             return
         entry.tries += 1
+        if entry.attempt:
+            entry.earlier.append(entry.attempt)
         entry.attempt = self.rng.randrange(1, 2**31)
-        entry.rep, entry.heard, entry.watching = None, now, False
+        entry.rep, entry.heard, entry.watching, entry.running = None, now, False, False
         self._count("routed")
         self._on_route(JobRoute(entry.job, entry.attempt, self._me, 0, STAGE_ROUTE), now)
 
@@ -432,17 +436,47 @@ class SchedAgent:
             return None
         return entry
 
+    def _earlier(self, job: int, attempt: int) -> _Entry | None:
+        """The job's entry if `attempt` is one of its earlier tries and the job
+        is still ours and open."""
+        entry = self.entries.get(job)
+        if entry is None or entry.ended or entry.handed_to is not None:
+            return None
+        return entry if attempt in entry.earlier else None
+
+    def _supersede(self, entry: _Entry, attempt: int) -> None:
+        """Make the earlier try `attempt` the current one again; the current try
+        is cancelled (a representative not known yet hears it when it acks)."""
+        if entry.rep is not None:
+            self._send(entry.rep, JobCancel(entry.job.id, entry.attempt))
+        entry.earlier.remove(attempt)
+        entry.earlier.append(entry.attempt)
+        entry.attempt, entry.rep, entry.running = attempt, None, False
+        entry.retry_at = math.inf
+
     def _on_ack(self, source: Address, ack: JobAck, now: float) -> str | None:
         entry = self._current(ack.job, ack.attempt)
         if entry is None:
-            self._send(source, JobCancel(ack.job, ack.attempt))  # a stale attempt: stop it
-            return None
+            entry = self._earlier(ack.job, ack.attempt)
+            if entry is None or not ack.running or entry.running:
+                self._send(source, JobCancel(ack.job, ack.attempt))  # a stale attempt: stop it
+                return None
+            # A try we gave up on as silent runs after all, and the current one
+            # does not yet: take the earlier one back rather than run the job twice.
+            self._count("took_back")
+            self._supersede(entry, ack.attempt)
         entry.rep, entry.heard, entry.watching = source, now, False
+        entry.running = ack.running
         return None
 
     def _on_end(self, source: Address, end: JobEnd, now: float) -> str | None:
         self._send(source, JobCancel(end.job, end.attempt))  # acknowledged in every case
         entry = self._current(end.job, end.attempt)
+        if entry is None and end.ok and (entry := self._earlier(end.job, end.attempt)):
+            # A try we gave up on as silent completed: the first completed run
+            # completes the job, and the current try stops.
+            self._count("took_back")
+            self._supersede(entry, end.attempt)
         if entry is None:
             self._count("late_end")
             return None

@@ -48,12 +48,17 @@ class FakeEngine:
 
 
 def client_for(
-    n_jobs: int, hosts: int = 4, scale: float = 1.0, refuse: set[int] = frozenset()
+    n_jobs: int,
+    hosts: int = 4,
+    scale: float = 1.0,
+    refuse: set[int] = frozenset(),
+    grace_s: float = 0.0,
 ) -> tuple[JobClient, FakeEngine]:
     jobs = [(10.0 * k, JobInfo(100 + k, 2, 5.0, 10.0 * k, (2.0, 1.0, 0.5))) for k in range(n_jobs)]
     engine = FakeEngine(hosts)
     engine.refuse = set(refuse)
-    client = JobClient(jobs, [f"h{h + 1}" for h in range(hosts)], seed=1, runtime_scale=scale)
+    names = [f"h{h + 1}" for h in range(hosts)]
+    client = JobClient(jobs, names, seed=1, runtime_scale=scale, grace_s=grace_s)
     client.step(engine)  # learns who is alive; submits what is due at 0
     return client, engine
 
@@ -132,6 +137,35 @@ def test_a_crashed_entrys_job_is_submitted_again_elsewhere():
     client.step(engine)
     assert len(engine.submitted) == 2 and client.resubmitted == 1
     assert client.results()[0]["entries"] == [f"h{first + 1}", f"h{entry_of(engine, 100) + 1}"]
+
+
+def test_after_a_lost_entry_the_client_waits_for_a_late_start_before_submitting_again():
+    # A representative that had not noticed the entry's crash starts the job:
+    # the client follows that run instead of submitting the job a second time.
+    client, engine = client_for(1, grace_s=11.0)
+    first = entry_of(engine, 100)
+    del engine.alive[first]
+    engine.advance(1.0)
+    client.step(engine)
+    assert len(engine.submitted) == 1
+    engine.advance(8.0)
+    rep = (first + 1) % 4
+    engine.record(rep, "job_started", 100, attempt=5, round=1, ranks=[])
+    client.step(engine)
+    engine.advance(20.0)
+    client.step(engine)
+    assert len(engine.submitted) == 1
+    engine.record(rep, "job_finished", 100, attempt=5, ok=True, reason="", run_s=8.0)
+    client.step(engine)
+    assert client.summary()["completed"] == 1 and client.resubmitted == 0
+    # Nothing starts: submitted again once the grace is over, not before.
+    client, engine = client_for(1, grace_s=11.0)
+    del engine.alive[entry_of(engine, 100)]
+    for t, submissions in ((1.0, 1), (11.5, 1), (12.5, 2)):
+        engine.advance(t)
+        client.step(engine)
+        assert len(engine.submitted) == submissions, t
+    assert client.resubmitted == 1
 
 
 def test_a_job_handed_over_by_a_leaving_entry_is_not_submitted_again():

@@ -1,0 +1,116 @@
+# The entry's side of exactly-once (node/sched/agent.py), on one agent with a
+# hand-made neighbourhood: a representative the entry gave up on as silent
+# may still be running the job. Its run is taken back rather than run a second
+# time, the first completed run completes the job, and the outcome is
+# reported once.
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from node.can.geometry import Dimension, Space
+from node.events import JobEnded
+from node.sched.agent import SchedAgent, SchedConfig
+from node.wire import JobAck, JobCancel, JobEnd, JobInfo, JobRoute, PeerInfo
+
+SPACE = Space([Dimension("size", 0, 64), Dimension("inv", 0, 4), Dimension("v", 0, 1, True)])
+ME = ("10.0.0.1", 7000)
+NEXT = ("10.0.0.8", 7000)  # the neighbour towards the job's point
+REP1, REP2 = ("10.0.0.21", 7000), ("10.0.0.22", 7000)  # the first and second try's representatives
+JOB = JobInfo(42, 10, 5.0, 0.0, (10.0, 1.0, 0.5))  # outside our zone: routed to NEXT
+
+
+class Entry:
+    """An agent the job was submitted to, the job's first try acked as running
+    by REP1, which then goes silent until the entry tries again."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.events: list = []
+        nxt = PeerInfo(8, *NEXT, 1, (16.0, 2.0, 0.7), (8, 0, 0), (64, 4, 1), ())
+        can = SimpleNamespace(
+            config=SimpleNamespace(space=SPACE),
+            point=(2.0, 2.0, 0.5),
+            lo=(0.0, 0.0, 0.0),
+            hi=(8.0, 4.0, 1.0),
+            known={8: SimpleNamespace(info=nxt)},
+            direct={8},
+        )
+        config = SchedConfig(beat_s=1.0, dead_after_s=4.0, balance="none")
+        self.agent = SchedAgent(
+            config,
+            address=ME,
+            can=can,
+            rng=random.Random(1),
+            send=lambda addr, msg: self.sent.append((addr, msg)),
+            emit=self.events.append,
+        )
+        self.now = 0.0
+        self.agent.submit(JOB, self.now)
+        (self.first,) = self.attempts()
+        self.hear(REP1, JobAck(JOB.id, self.first, True))
+        while len(self.attempts()) < 2:  # REP1 says nothing more: the entry tries again
+            self.tick(0.5)
+            assert self.now < 20, "the entry never gave up on a silent representative"
+        self.second = self.attempts()[1]
+        assert self.second != self.first
+
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
+        self.agent.handle_timer(self.now)
+
+    def hear(self, source, message) -> None:
+        assert self.agent.handle_message(source, message, self.now) is None
+
+    def attempts(self) -> list[int]:
+        return [m.attempt for a, m in self.sent if isinstance(m, JobRoute) and a == NEXT]
+
+    def cancelled(self, to) -> list[int]:
+        return [m.attempt for a, m in self.sent if isinstance(m, JobCancel) and a == to]
+
+    def outcomes(self) -> list[JobEnded]:
+        return [e for e in self.events if isinstance(e, JobEnded)]
+
+
+def test_a_late_completion_of_a_try_given_up_completes_the_job_and_stops_the_current_one():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, True))
+    e.hear(REP1, JobEnd(JOB.id, e.first, True, "", 5.0))
+    assert [(o.ok, o.run_s) for o in e.outcomes()] == [(True, 5.0)]
+    assert e.cancelled(REP2) == [e.second]  # its ranks are killed before they complete
+    e.hear(REP2, JobEnd(JOB.id, e.second, True, "", 5.0))  # too late: not reported again
+    assert len(e.outcomes()) == 1
+    assert e.agent.counts["took_back"] == 1
+
+
+def test_a_try_given_up_that_runs_is_taken_back_while_the_current_one_waits():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, False))  # placed, not started
+    e.hear(REP1, JobAck(JOB.id, e.first, True))
+    assert e.cancelled(REP2) == [e.second]
+    assert e.cancelled(REP1) == []
+    for _ in range(3):  # REP1 beats as the current try now: no new try
+        e.tick(1.0)
+        e.hear(REP1, JobAck(JOB.id, e.first, True))
+    assert len(e.attempts()) == 2
+    e.hear(REP1, JobEnd(JOB.id, e.first, True, "", 5.0))
+    assert [o.ok for o in e.outcomes()] == [True]
+
+
+def test_when_both_tries_run_the_current_one_is_kept():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, True))
+    e.hear(REP1, JobAck(JOB.id, e.first, True))
+    assert e.cancelled(REP1) == [e.first]
+    assert e.cancelled(REP2) == []
+    e.hear(REP2, JobEnd(JOB.id, e.second, True, "", 5.0))
+    assert [o.ok for o in e.outcomes()] == [True]
+
+
+def test_a_late_failure_of_a_try_given_up_changes_nothing():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, True))
+    e.hear(REP1, JobEnd(JOB.id, e.first, False, "a rank failed", 0.0))
+    assert e.outcomes() == [] and e.cancelled(REP2) == []
+    assert e.agent.counts["late_end"] == 1
