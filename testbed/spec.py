@@ -154,6 +154,7 @@ class RunJobsSpec(msgspec.Struct, forbid_unknown_fields=True):
     overprovision: float | Literal["total"] = "total"
     balance: Literal["none", "dlb", "qb", "qb+dlb"] = "qb+dlb"  # of jobs not started yet
     balance_s: float = 10.0
+    neighbours: Literal["direct", "indirect"] = "direct"  # DLB and QB over these
     beat_s: float = 2.0
     dead_after_s: float = 7.0
     max_attempts: int = 5

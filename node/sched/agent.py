@@ -103,6 +103,7 @@ MAX_REASON = 200  # characters of a failure reason on the wire
 MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
 STOPPING_FACTOR = 2  # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF
 BALANCERS = ("none", "dlb", "qb", "qb+dlb")
+NEIGHBOURS = ("direct", "indirect")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
 
@@ -119,9 +120,11 @@ class SchedConfig:
     max_hops: int = 64
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
-    # "qb" or "qb+dlb", every balance_s, over our direct neighbours.
+    # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the
+    # indirect ones (the CAN's neighbours' neighbours: they get our beats too).
     balance: str = "qb+dlb"
     balance_s: float = 10.0
+    neighbours: str = "direct"
     mpi_port: int = 7100  # where a rank listens (one rank per peer at a time)
     rounds: int = 10  # communication rounds of the built-in program
     collective: str = "allreduce"
@@ -143,6 +146,8 @@ class SchedConfig:
             raise ValueError(f"balance {self.balance!r}: expected one of {', '.join(BALANCERS)}")
         if not self.balance_s > 0:
             raise ValueError("balance_s must be positive")
+        if self.neighbours not in NEIGHBOURS:
+            raise ValueError(f"neighbours {self.neighbours!r}: expected 'direct' or 'indirect'")
         if self.overprovision != 0 and self.overprovision < 1:
             raise ValueError("overprovision is 0 (total) or a factor >= 1")
         if not 0 < self.mpi_port < 65536:
@@ -705,6 +710,15 @@ class SchedAgent:
         can = self.can
         return (can.known[i].info for i in sorted(can.direct) if i in can.known)
 
+    def _reach(self) -> Iterable[Any]:
+        """The peers we beat and balance over: our direct neighbours, and with
+        neighbours = "indirect" every other peer the CAN knows of (their
+        neighbours, learnt from their updates)."""
+        if self.config.neighbours == "direct":
+            return self._neighbours()
+        can = self.can
+        return (can.known[i].info for i in sorted(can.known) if can.known[i].info.lo)
+
     def _capable(self, point: Sequence[float], job: JobInfo) -> bool:
         return bool(point) and all(point[k] >= job.point[k] for k in self._real)
 
@@ -905,7 +919,7 @@ class SchedAgent:
             return
         fresh = now - self.config.dead_after_s
         near = []
-        for info in self._neighbours():
+        for info in self._reach():
             addr = (info.host, info.port)
             heard = self.state_of.get(addr)
             # Another cluster's node that takes jobs and was heard from lately.
@@ -1116,7 +1130,7 @@ class SchedAgent:
             if member not in self.lost and self._silent(member, self._member_since, now):
                 self.lost.add(member)
             shared.setdefault(member, [])
-        for info in self._neighbours():
+        for info in self._reach():
             shared.setdefault((info.host, info.port), [])
         shared.pop(self.address, None)
         self.above = self._aggregate(now)

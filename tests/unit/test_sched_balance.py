@@ -28,6 +28,7 @@ MATE = ("10.0.0.2", 7000)  # in our cluster
 ENTRY = ("10.0.0.9", 7000)  # where the job was submitted
 SMALL = ("10.0.0.7", 7000)  # a neighbour in a 4-node cluster
 BIG = ("10.0.0.8", 7000)  # a neighbour in a 16-node cluster, more capable in every way
+FAR = ("10.0.0.6", 7000)  # a neighbour's neighbour (indirect), in a 6-node cluster
 HEARD_AT, BALANCE_AT = 4.0, 5.0  # balance_s = 5: the first pass is due by then
 
 
@@ -35,22 +36,25 @@ def info(ident: int, addr, point, lo, hi) -> PeerInfo:
     return PeerInfo(ident, addr[0], addr[1], 1, point, lo, hi, ())
 
 
-def agent(balance: str = "qb+dlb") -> tuple[SchedAgent, list, list]:
+def agent(balance: str = "qb+dlb", neighbours: str = "direct") -> tuple[SchedAgent, list, list]:
     sent: list = []
     events: list = []
-    neighbours = {
+    known = {
         7: SimpleNamespace(info=info(7, SMALL, (4.0, 1.5, 0.2), (4, 0, 0), (8, 4, 1))),
         8: SimpleNamespace(info=info(8, BIG, (16.0, 2.0, 0.7), (8, 0, 0), (64, 4, 1))),
+        6: SimpleNamespace(info=info(6, FAR, (6.0, 1.5, 0.9), (4, 0, 0.5), (8, 4, 1))),
     }
     can = SimpleNamespace(
         config=SimpleNamespace(space=SPACE),
         point=(8.0, 2.0, 0.5),
         lo=(0.0, 0.0, 0.0),
         hi=(4.0, 4.0, 1.0),
-        known=neighbours,
-        direct={7, 8},
+        known=known,
+        direct={7, 8},  # FAR is known through them
     )
-    config = SchedConfig(beat_s=1.0, dead_after_s=4.0, balance=balance, balance_s=5.0)
+    config = SchedConfig(
+        beat_s=1.0, dead_after_s=4.0, balance=balance, balance_s=5.0, neighbours=neighbours
+    )
     a = SchedAgent(
         config,
         address=ME,
@@ -140,3 +144,17 @@ def test_a_neighbour_whose_cluster_shrank_below_the_job_is_no_candidate():
     beat(a, SMALL, free=1, size=1)  # one live member left
     a.handle_timer(BALANCE_AT)
     assert not moves(sent)
+
+
+@pytest.mark.parametrize("neighbours", ["direct", "indirect"])
+def test_indirect_neighbours_are_beaten_and_balanced_over_only_when_asked(neighbours):
+    a, sent, _ = agent("dlb", neighbours)
+    idle_job(a)
+    beat(a, SMALL, free=1, size=4, load=1, maxql=1)
+    beat(a, BIG, free=1, size=16, load=3, maxql=3)
+    beat(a, FAR, free=6, size=6)  # room for the job, one hop further
+    a.handle_timer(BALANCE_AT)
+    indirect = neighbours == "indirect"
+    assert [to for to, _ in moves(sent)] == ([FAR] if indirect else [])
+    beaten = {to for to, m in sent if isinstance(m, SchedBeat)}
+    assert {SMALL, BIG} <= beaten and (FAR in beaten) == indirect
