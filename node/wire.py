@@ -466,12 +466,15 @@ class SchedBeat(msgspec.Struct, tag=31, array_like=True, frozen=True):
 
 class JobHandover(msgspec.Struct, tag=32, array_like=True, frozen=True):
     """A leaving entry -> a neighbour: be this job's entry from now on (sent
-    again until JobTaken; `rep` is the current attempt's representative, if known)."""
+    again until JobTaken; `rep` is the current attempt's representative, if known;
+    `earlier` the ids of the tries before, so that one of them that runs after all
+    can be taken back)."""
 
     job: JobInfo
     attempt: int
     tries: int
     rep: Endpoint | None
+    earlier: tuple[int, ...] = ()
 
 
 class JobTaken(msgspec.Struct, tag=33, array_like=True, frozen=True):

@@ -216,7 +216,13 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
                 for _ in range(rng.choice([0, 2, 100]))
             ),
         ),
-        lambda: JobHandover(job, small, rng.randrange(-1, 10), rng.choice([None, *ends])),
+        lambda: JobHandover(
+            job,
+            small,
+            rng.randrange(-1, 10),
+            rng.choice([None, *ends]),
+            tuple(rng.randrange(-1, 2**31) for _ in range(rng.choice([0, 1, 2, 9]))),
+        ),
         lambda: JobTaken(small),
         lambda: JobWatch(small, small),
     ]

@@ -494,12 +494,17 @@ class SchedAgent:
     def _hand_over(self, entry: _Entry) -> None:
         assert entry.handed_to is not None
         rep = Endpoint(*entry.rep) if entry.rep is not None else None
-        self._send(entry.handed_to, JobHandover(entry.job, entry.attempt, entry.tries, rep))
+        earlier = tuple(entry.earlier)
+        self._send(
+            entry.handed_to, JobHandover(entry.job, entry.attempt, entry.tries, rep, earlier)
+        )
 
     def _on_handover(self, source: Address, handover: JobHandover, now: float) -> str | None:
         problem = self._check_job(handover.job)
         if problem is not None or not 0 <= handover.tries <= self.config.max_attempts:
             return problem or "bad try count"
+        if len(handover.earlier) > self.config.max_attempts:
+            return "too many earlier tries"
         if handover.rep is not None and check_endpoint(handover.rep) is not None:
             return "bad representative address"
         job = handover.job.id
@@ -508,7 +513,7 @@ class SchedAgent:
         known = self.entries.get(job)
         if known is None or known.ended:
             entry = self.entries[job] = _Entry(handover.job, handover.tries, handover.attempt)
-            entry.heard = now
+            entry.heard, entry.earlier = now, list(handover.earlier)
             if handover.rep is not None:
                 entry.rep, entry.watching = (handover.rep.host, handover.rep.port), True
                 self._send(entry.rep, JobWatch(job, entry.attempt))

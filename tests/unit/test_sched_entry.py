@@ -12,13 +12,33 @@ from types import SimpleNamespace
 from node.can.geometry import Dimension, Space
 from node.events import JobEnded
 from node.sched.agent import SchedAgent, SchedConfig
-from node.wire import JobAck, JobCancel, JobEnd, JobInfo, JobRoute, PeerInfo
+from node.wire import JobAck, JobCancel, JobEnd, JobHandover, JobInfo, JobRoute, PeerInfo
 
 SPACE = Space([Dimension("size", 0, 64), Dimension("inv", 0, 4), Dimension("v", 0, 1, True)])
 ME = ("10.0.0.1", 7000)
 NEXT = ("10.0.0.8", 7000)  # the neighbour towards the job's point
 REP1, REP2 = ("10.0.0.21", 7000), ("10.0.0.22", 7000)  # the first and second try's representatives
 JOB = JobInfo(42, 10, 5.0, 0.0, (10.0, 1.0, 0.5))  # outside our zone: routed to NEXT
+
+
+def make_agent(address, sent: list, events: list) -> SchedAgent:
+    nxt = PeerInfo(8, *NEXT, 1, (16.0, 2.0, 0.7), (8, 0, 0), (64, 4, 1), ())
+    can = SimpleNamespace(
+        config=SimpleNamespace(space=SPACE),
+        point=(2.0, 2.0, 0.5),
+        lo=(0.0, 0.0, 0.0),
+        hi=(8.0, 4.0, 1.0),
+        known={8: SimpleNamespace(info=nxt)},
+        direct={8},
+    )
+    return SchedAgent(
+        SchedConfig(beat_s=1.0, dead_after_s=4.0, balance="none"),
+        address=address,
+        can=can,
+        rng=random.Random(1),
+        send=lambda addr, msg: sent.append((addr, msg)),
+        emit=events.append,
+    )
 
 
 class Entry:
@@ -28,24 +48,7 @@ class Entry:
     def __init__(self) -> None:
         self.sent: list = []
         self.events: list = []
-        nxt = PeerInfo(8, *NEXT, 1, (16.0, 2.0, 0.7), (8, 0, 0), (64, 4, 1), ())
-        can = SimpleNamespace(
-            config=SimpleNamespace(space=SPACE),
-            point=(2.0, 2.0, 0.5),
-            lo=(0.0, 0.0, 0.0),
-            hi=(8.0, 4.0, 1.0),
-            known={8: SimpleNamespace(info=nxt)},
-            direct={8},
-        )
-        config = SchedConfig(beat_s=1.0, dead_after_s=4.0, balance="none")
-        self.agent = SchedAgent(
-            config,
-            address=ME,
-            can=can,
-            rng=random.Random(1),
-            send=lambda addr, msg: self.sent.append((addr, msg)),
-            emit=self.events.append,
-        )
+        self.agent = make_agent(ME, self.sent, self.events)
         self.now = 0.0
         self.agent.submit(JOB, self.now)
         (self.first,) = self.attempts()
@@ -114,3 +117,21 @@ def test_a_late_failure_of_a_try_given_up_changes_nothing():
     e.hear(REP1, JobEnd(JOB.id, e.first, False, "a rank failed", 0.0))
     assert e.outcomes() == [] and e.cancelled(REP2) == []
     assert e.agent.counts["late_end"] == 1
+
+
+def test_an_adopting_entry_can_take_back_a_try_the_leaver_gave_up_on():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, False))
+    e.agent.leave(e.now)
+    ((to, handover),) = [(a, m) for a, m in e.sent if isinstance(m, JobHandover)]
+    assert to == NEXT and handover.earlier == (e.first,) and handover.attempt == e.second
+    sent, events = [], []
+    adopter = make_agent(NEXT, sent, events)
+    assert adopter.handle_message(ME, handover, e.now) is None
+    assert adopter.handle_message(REP1, JobAck(JOB.id, e.first, True), e.now) is None
+    assert (REP2, JobCancel(JOB.id, e.second)) in sent and (
+        REP1,
+        JobCancel(JOB.id, e.first),
+    ) not in sent
+    assert adopter.handle_message(REP1, JobEnd(JOB.id, e.first, True, "", 5.0), e.now) is None
+    assert [(ev.ok, ev.run_s) for ev in events if isinstance(ev, JobEnded)] == [(True, 5.0)]

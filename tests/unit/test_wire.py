@@ -87,6 +87,7 @@ MESSAGES = [
     wire.SchedBeat(3, 16, 4, 7, (12.5, 30.0, 0.0, 0.0, 3.25, 8.0), ((9, 1 << 30, 3), (10, 5, 0))),
     wire.JobHandover(JOB, 1 << 30, 2, None),
     wire.JobHandover(JOB, 1 << 30, 2, wire.Endpoint("10.0.0.4", 7000)),
+    wire.JobHandover(JOB, 1 << 30, 3, None, (5, 1 << 30)),
     wire.JobTaken(9),
     wire.JobWatch(9, 1 << 30),
 ]
