@@ -921,6 +921,8 @@ def _print_jobs(summary: dict[str, Any]) -> None:
         )
     console.print(table)
     extra = {k: jobs[k] for k in ("resubmitted", "duplicates", "executed_twice")}
+    if jobs.get("running_at_end"):
+        extra["still running at the end"] = jobs["running_at_end"]
     console.print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()))
     for reason, count in jobs["failure_reasons"].items():
         console.print(f"  failed x{count}: {reason}")

@@ -25,14 +25,16 @@
 #   retried by the client.
 #
 #   At the end every job is completed, failed with the reason its entry gave,
-#   or lost (no outcome when the run ended; there must be none). Bounded
+#   still running (a run of it started on a peer that is alive, and its run
+#   time is not over: the run ended first), or lost (no outcome when the run
+#   ended and no run of it going on; there must be none). Bounded
 #   slowdown counts in trace seconds: the wait from the trace's submission
 #   time to the start of the run that completed, over max(run time, 10 s),
 #   both divided by the workload's runtime_scale.
 #
 # Run folder: jobs.jsonl (one line per job, at the end), and in summary.json
-# `jobs.{submitted, completed, failed, lost, resubmitted, duplicates,
-# executed_twice, utilisation}`, `slowdown.<engine>/<clustering>` and, for reference, the
+# `jobs.{submitted, completed, failed, lost, running_at_end, resubmitted,
+# duplicates, executed_twice, utilisation}`, `slowdown.<engine>/<clustering>` and, for reference, the
 # idealised central FCFS scheduler on the same trace and clusters.
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class _Job:
     reports: int = 0  # job_ended records (more than one is a duplicate)
     runs_ok: int = 0  # job_finished ok records: completed executions
     running: tuple[int, int, int] | None = None  # (host, incarnation, attempt) of a started run
+    started_t: float = 0.0  # when that run started
     orphan: bool = False  # its entry is gone; waiting for the running attempt's own report
     again_at: float | None = None  # its entry is gone and no run started: submit again then
 
@@ -140,6 +143,7 @@ class JobClient:
         self.resubmitted = 0
         self.refused = 0  # submissions a peer did not take (gone meanwhile): tried elsewhere
         self._live: dict[int, int] = {}
+        self._now = 0.0  # the engine's time at the last step
         self._waiting: list[_Job] = []  # to submit again, when a peer takes them
 
     # -- what the wrapper asks ----------------------------------------------------------------
@@ -154,6 +158,7 @@ class JobClient:
     def step(self, engine: JobEngine) -> None:
         """After the engine advanced: read the records, notice lost entries,
         submit what is due."""
+        self._now = engine.now
         for record in engine.job_records():
             self._record(record)
         live = engine.live()
@@ -207,6 +212,7 @@ class JobClient:
             job.entry = (host, self._live.get(host, -1))
         elif kind == "job_started":
             job.running = (host, self._live.get(host, -1), int(record["attempt"]))
+            job.started_t = float(record["t"])
             job.again_at = None  # an attempt of a lost entry started after all: follow it
         elif kind == "job_finished":
             mine = job.running is not None and job.running[::2] == (host, record["attempt"])
@@ -248,7 +254,7 @@ class JobClient:
                 "size": job.info.size,
                 "submit_t": round(job.submit_t, 3),
                 "entries": job.entries,
-                "outcome": "lost" if job.ok is None else ("completed" if job.ok else "failed"),
+                "outcome": self._outcome_of(job),
             }
             if job.ok is not None and job.end_t is not None:
                 row |= {"end_t": round(job.end_t, 3), "attempts": job.attempts}
@@ -261,6 +267,20 @@ class JobClient:
                 row["reports"] = job.reports
             rows.append(row)
         return rows
+
+    def _outcome_of(self, job: _Job) -> str:
+        if job.ok is not None:
+            return "completed" if job.ok else "failed"
+        return "running" if self._still_running(job) else "lost"
+
+    def _still_running(self, job: _Job) -> bool:
+        """A run of the job started on a peer that is still there, and its run
+        time is not over yet (the run ended before it could)."""
+        if job.ok is not None or job.running is None:
+            return False
+        host, incarnation, _ = job.running
+        alive = self._live.get(host) == incarnation
+        return alive and job.started_t + job.info.runtime_s > self._now
 
     def _wait(self, job: _Job) -> float:
         """From the trace's submission to the start of the run that completed."""
@@ -280,7 +300,8 @@ class JobClient:
             "submitted": sum(1 for j in jobs if j.first_t is not None),
             "completed": len(done),
             "failed": len(failed),
-            "lost": sum(1 for j in jobs if j.ok is None),
+            "lost": sum(1 for j in jobs if j.ok is None and not self._still_running(j)),
+            "running_at_end": sum(1 for j in jobs if self._still_running(j)),
             "resubmitted": self.resubmitted,
             "duplicates": sum(j.reports - 1 for j in jobs if j.reports > 1),
             "executed_twice": sum(1 for j in jobs if j.runs_ok > 1),

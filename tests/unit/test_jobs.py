@@ -116,6 +116,7 @@ def test_outcomes_count_once_and_slowdown_is_in_trace_seconds():
         "completed": 1,
         "failed": 1,
         "lost": 0,
+        "running_at_end": 0,
         "resubmitted": 0,
         "duplicates": 1,
         "executed_twice": 0,
@@ -166,6 +167,31 @@ def test_after_a_lost_entry_the_client_waits_for_a_late_start_before_submitting_
         client.step(engine)
         assert len(engine.submitted) == submissions, t
     assert client.resubmitted == 1
+
+
+def test_a_run_the_end_of_the_run_cut_short_is_still_running_not_lost():
+    client, engine = client_for(1)  # run time 5 s
+    rep = (entry_of(engine, 100) + 1) % 4
+    engine.advance(1.0)
+    engine.record(rep, "job_started", 100, attempt=5, round=1, ranks=[])
+    engine.advance(3.0)
+    client.step(engine)
+    summary = client.summary()
+    assert (summary["lost"], summary["running_at_end"]) == (0, 1)
+    assert client.results()[0]["outcome"] == "running"
+    engine.advance(7.0)  # its run time is over and nothing came: lost
+    client.step(engine)
+    summary = client.summary()
+    assert (summary["lost"], summary["running_at_end"]) == (1, 0)
+    # A run whose peer is gone is not running either.
+    client2, engine2 = client_for(1)
+    rep2 = (entry_of(engine2, 100) + 1) % 4
+    engine2.record(rep2, "job_started", 100, attempt=5, round=1, ranks=[])
+    client2.step(engine2)
+    engine2.alive[rep2] = 2  # crashed and came back
+    engine2.advance(1.0)
+    client2.step(engine2)
+    assert client2.summary()["running_at_end"] == 0
 
 
 def test_a_job_handed_over_by_a_leaving_entry_is_not_submitted_again():
