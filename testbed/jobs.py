@@ -215,7 +215,9 @@ class JobClient:
             job.started_t = float(record["t"])
             job.again_at = None  # an attempt of a lost entry started after all: follow it
         elif kind == "job_finished":
-            mine = job.running is not None and job.running[::2] == (host, record["attempt"])
+            # The run we follow, wherever it ended: DLB or QB may have moved
+            # the attempt to another representative after it started once.
+            mine = job.running is not None and job.running[2] == record["attempt"]
             if mine:
                 job.running = None
             if record.get("ok"):

@@ -106,6 +106,8 @@ BALANCERS = ("none", "dlb", "qb", "qb+dlb")
 NEIGHBOURS = ("direct", "indirect")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
+MAX_AGGREGATE = 1e9  # Kim's aggregates (nodes and tasks above) beyond this are nonsense
+FORGET_AFTER = 10  # x dead_after_s: what we heard of a peer, or a job that ended, is dropped
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ class _Entry:
     handed_to: Address | None = None  # leaving: handed over to this peer, not taken yet
     running: bool = False  # the current try's representative said it runs
     earlier: list[int] = field(default_factory=list)  # the ids of the tries before
+    ended_at: float = math.inf  # when it ended (reported, or taken by another entry)
+    passed_on: bool = False  # ended by a hand-over, not by an outcome
 
 
 @dataclass
@@ -392,6 +396,7 @@ class SchedAgent:
         if now >= self._next_beat:
             self._next_beat = now + self.config.beat_s
             self._beat(now)
+            self._forget(now)
         if now >= self._next_balance:
             self._next_balance = now + self.config.balance_s
             if not self.gone:
@@ -432,7 +437,7 @@ class SchedAgent:
         entry.retry_at = now + min(self.config.retry_max_s, backoff)
 
     def _end(self, entry: _Entry, ok: bool, reason: str, run_s: float, now: float) -> None:
-        entry.ended, entry.retry_at = True, math.inf
+        entry.ended, entry.retry_at, entry.ended_at = True, math.inf, now
         self._emit(JobEnded(now, entry.job.id, ok, reason, entry.tries, run_s))
 
     def _current(self, job: int, attempt: int) -> _Entry | None:
@@ -475,7 +480,10 @@ class SchedAgent:
         return None
 
     def _on_end(self, source: Address, end: JobEnd, now: float) -> str | None:
-        self._send(source, JobCancel(end.job, end.attempt))  # acknowledged in every case
+        handing = self.entries.get(end.job)
+        if handing is not None and handing.handed_to is not None and not handing.ended:
+            return None  # not acknowledged: the representative tells the adopter (JobWatch)
+        self._send(source, JobCancel(end.job, end.attempt))  # acknowledged in every other case
         entry = self._current(end.job, end.attempt)
         if entry is None and end.ok and (entry := self._earlier(end.job, end.attempt)):
             # A try we gave up on as silent completed: the first completed run
@@ -511,7 +519,9 @@ class SchedAgent:
         if self.gone:
             return None  # not taken: the leaver gives up on us and the client submits again
         known = self.entries.get(job)
-        if known is None or known.ended:
+        # A job we ended ourselves is not taken again (a hand-over sent again
+        # after our JobTaken was lost); one we passed on may come back.
+        if known is None or (known.ended and known.passed_on):
             entry = self.entries[job] = _Entry(handover.job, handover.tries, handover.attempt)
             entry.heard, entry.earlier = now, list(handover.earlier)
             if handover.rep is not None:
@@ -525,7 +535,8 @@ class SchedAgent:
     def _on_taken(self, source: Address, taken: JobTaken, now: float) -> str | None:
         entry = self.entries.get(taken.job)
         if entry is not None and entry.handed_to == source:
-            entry.handed_to, entry.ended = None, True
+            entry.handed_to, entry.ended, entry.passed_on = None, True, True
+            entry.ended_at = now
             self._emit(JobHandedOver(now, taken.job, source[0]))
         return None
 
@@ -534,7 +545,7 @@ class SchedAgent:
         if rep is None:
             self._send(source, JobEnd(watch.job, watch.attempt, False, "not known here", 0.0))
             return None
-        rep.entry = source
+        rep.entry, rep.orphan = source, False
         self._report(rep)
         return None
 
@@ -671,7 +682,7 @@ class SchedAgent:
             if heard is None or heard.at < fresh or heard.load < 0:
                 continue
             nodes, queued = heard.above[2 * d], heard.above[2 * d + 1]
-            score = queued / nodes**2 if nodes > 0 else math.inf
+            score = queued / nodes**2 if nodes >= 1e-6 else math.inf
             if best is None or score < best[0]:
                 best = (score, (info.host, info.port), d)
         return (None, 0) if best is None else (best[1], best[2])
@@ -916,8 +927,19 @@ class SchedAgent:
     def _balance(self, now: float) -> None:
         """DLB, then QB: the oldest idle job (not started, never moved) that a
         neighbour can take is moved there; one job per period at most."""
+        # Not a job whose entry has been quiet for two beats: moved, it would
+        # wait a whole dead_after_s more at its new place before being dropped,
+        # and the client, which counts from the entry's loss, submits it again
+        # meanwhile.
+        lively = now - 2 * self.config.beat_s
         idle = sorted(
-            (r for r in self.reps.values() if r.state == "collecting" and not r.moved),
+            (
+                r
+                for r in self.reps.values()
+                if r.state == "collecting"
+                and not r.moved
+                and (r.entry == self.address or self.heard.get(r.entry, -math.inf) >= lively)
+            ),
             key=lambda r: _order(r.job),
         )
         if not idle:
@@ -1015,8 +1037,10 @@ class SchedAgent:
             return "bad rank"
         if any(check_endpoint(p) is not None for p in start.peers):
             return "bad rank address"
-        if task is not None and task.round == start.round and task.state == "running":
-            return None  # a duplicate
+        if task is not None and task.round == start.round and task.state in ("running", "done"):
+            if task.state == "done":  # a late duplicate: say again how it ended
+                self._send(task.rep, TaskDone(*key, task.round, task.ok, task.reason))
+            return None
         if task is None or task.round != start.round or self.holding != key:
             self._send(source, TaskReady(start.job, start.attempt, start.round, False))
             return None
@@ -1051,7 +1075,7 @@ class SchedAgent:
         if len(beat.tasks) > MAX_SHARED:
             return "too many tasks"
         if len(beat.above) != len(self.above) or not all(
-            math.isfinite(x) and x >= 0 for x in beat.above
+            0 <= x <= MAX_AGGREGATE for x in beat.above
         ):
             return "bad aggregates"
         if not (beat.load >= -1 and 0 <= beat.free <= beat.size and beat.maxql >= 0):
@@ -1118,6 +1142,9 @@ class SchedAgent:
         self._advance(now)
         if not self.gone:
             for entry in self.entries.values():
+                if entry.handed_to is not None and not entry.ended and entry.rep is not None:
+                    # Still ours to the representative until the adopter's JobWatch.
+                    shared.setdefault(entry.rep, []).append((entry.job.id, entry.attempt))
                 if entry.ended or entry.handed_to is not None:
                     continue
                 if now >= entry.retry_at:
@@ -1145,6 +1172,18 @@ class SchedAgent:
         for addr, keys in shared.items():
             tasks = tuple((j, a, positions.get((j, a), 0)) for j, a in sorted(set(keys)))
             self._send(addr, SchedBeat(load, size, free, maxql, self.above, tasks[:MAX_SHARED]))
+
+    def _forget(self, now: float) -> None:
+        """Drop what we heard of peers long silent, and jobs long ended (so that a
+        peer's state stays bounded on a long run; late messages about them are
+        answered as about unknown ones)."""
+        horizon = now - FORGET_AFTER * self.config.dead_after_s
+        for addr in [a for a, at in self.heard.items() if at < horizon]:
+            del self.heard[addr]
+        for addr in [a for a, h in self.state_of.items() if h.at < horizon]:
+            del self.state_of[addr]
+        for job in [j for j, e in self.entries.items() if e.ended and e.ended_at < horizon]:
+            del self.entries[job]
 
     def _positions(self) -> dict[tuple[int, int], int]:
         """Each task's queue position here: the runnable tasks ahead of it (a

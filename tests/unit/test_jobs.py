@@ -194,6 +194,23 @@ def test_a_run_the_end_of_the_run_cut_short_is_still_running_not_lost():
     assert client2.summary()["running_at_end"] == 0
 
 
+def test_an_orphan_run_that_fails_after_a_move_is_followed_to_its_new_place():
+    # Started on one representative, restarted and moved (DLB/QB) to another,
+    # which drops it once the entry is gone: the job is submitted again.
+    client, engine = client_for(1)
+    entry = entry_of(engine, 100)
+    first, second = (entry + 1) % 4, (entry + 2) % 4
+    engine.record(first, "job_started", 100, attempt=5, round=1, ranks=[])
+    client.step(engine)
+    del engine.alive[entry]
+    engine.advance(1.0)
+    client.step(engine)
+    engine.record(second, "job_finished", 100, attempt=5, ok=False, reason="x", run_s=0.0)
+    engine.advance(2.0)
+    client.step(engine)
+    assert len(engine.submitted) == 2 and client.resubmitted == 1
+
+
 def test_a_job_handed_over_by_a_leaving_entry_is_not_submitted_again():
     client, engine = client_for(1)
     first = entry_of(engine, 100)

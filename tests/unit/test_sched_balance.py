@@ -158,3 +158,12 @@ def test_indirect_neighbours_are_beaten_and_balanced_over_only_when_asked(neighb
     assert [to for to, _ in moves(sent)] == ([FAR] if indirect else [])
     beaten = {to for to, m in sent if isinstance(m, SchedBeat)}
     assert {SMALL, BIG} <= beaten and (FAR in beaten) == indirect
+
+
+def test_nonsense_aggregates_are_refused_and_tiny_ones_do_not_divide_by_zero():
+    a, _, _ = agent()
+    huge = SchedBeat(0, 4, 4, 0, (1e200, 5.0, 0.0, 0.0, 0.0, 0.0), ())
+    assert a.handle_message(SMALL, huge, HEARD_AT) == "bad aggregates"
+    tiny = SchedBeat(0, 4, 4, 0, (1e-200, 5.0, 0.0, 0.0, 0.0, 0.0), ())
+    assert a.handle_message(SMALL, tiny, HEARD_AT) is None
+    assert a._push_target(HEARD_AT) == (SMALL, 0)  # no score, but no crash either

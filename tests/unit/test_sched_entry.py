@@ -10,9 +10,18 @@ import random
 from types import SimpleNamespace
 
 from node.can.geometry import Dimension, Space
-from node.events import JobEnded
+from node.events import JobAdopted, JobEnded
 from node.sched.agent import SchedAgent, SchedConfig
-from node.wire import JobAck, JobCancel, JobEnd, JobHandover, JobInfo, JobRoute, PeerInfo
+from node.wire import (
+    JobAck,
+    JobCancel,
+    JobEnd,
+    JobHandover,
+    JobInfo,
+    JobRoute,
+    JobTaken,
+    PeerInfo,
+)
 
 SPACE = Space([Dimension("size", 0, 64), Dimension("inv", 0, 4), Dimension("v", 0, 1, True)])
 ME = ("10.0.0.1", 7000)
@@ -135,3 +144,26 @@ def test_an_adopting_entry_can_take_back_a_try_the_leaver_gave_up_on():
     ) not in sent
     assert adopter.handle_message(REP1, JobEnd(JOB.id, e.first, True, "", 5.0), e.now) is None
     assert [(ev.ok, ev.run_s) for ev in events if isinstance(ev, JobEnded)] == [(True, 5.0)]
+
+
+def test_a_hand_over_sent_again_after_the_job_ended_is_taken_but_not_adopted_again():
+    sent, events = [], []
+    adopter = make_agent(NEXT, sent, events)
+    handover = JobHandover(JOB, 7, 1, None, ())
+    assert adopter.handle_message(ME, handover, 0.0) is None
+    assert adopter.handle_message(REP1, JobAck(JOB.id, 7, True), 0.5) is None
+    assert adopter.handle_message(REP1, JobEnd(JOB.id, 7, True, "", 5.0), 6.0) is None
+    assert adopter.handle_message(ME, handover, 6.2) is None  # our JobTaken was lost
+    assert sum(isinstance(ev, JobAdopted) for ev in events) == 1
+    assert sum(isinstance(ev, JobEnded) for ev in events) == 1
+    assert [m for a, m in sent if isinstance(m, JobTaken)] == [JobTaken(JOB.id)] * 2
+
+
+def test_a_leaving_entry_leaves_a_result_to_its_adopter():
+    e = Entry()
+    e.hear(REP2, JobAck(JOB.id, e.second, True))
+    e.agent.leave(e.now)
+    before = len(e.cancelled(REP2))
+    e.hear(REP2, JobEnd(JOB.id, e.second, True, "", 5.0))
+    assert len(e.cancelled(REP2)) == before  # not acknowledged: REP2 keeps it for the adopter
+    assert e.outcomes() == []
