@@ -337,10 +337,11 @@ def test_a_simulated_jobs_run_accounts_for_every_job_once(tmp_path, seed):
         assert len(clusters) == 1 and clusters != {"c0"}, record  # c0: the GigE one
 
 
-def test_the_bundled_sched_emu_spec_is_valid(monkeypatch):
+@pytest.mark.parametrize("name", ["sched-emu.toml", "sched-serial-emu.toml"])
+def test_the_bundled_sched_emu_specs_are_valid(name, monkeypatch):
     root = Path(__file__).parents[2]
     monkeypatch.chdir(root)
-    spec, _ = load_spec(root / "scripts" / "experiments" / "sched-emu.toml")
+    spec, _ = load_spec(root / "scripts" / "experiments" / name)
     assert spec.engine == "emu" and spec.jobs is not None and spec.churn is not None
     topology = select_topology(spec)
     names = [f"h{k + 1}" for k in range(topology.n)]
