@@ -447,10 +447,15 @@ def bench_delay(
     show_default=True,
     help="DTM walk tolerance (0: a noise-free matrix).",
 )
+@click.option(
+    "--jump",
+    is_flag=True,
+    help="Walks jump along the path to a branch's deepest host (DTM's `jump` option).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def bench_probes(
-    topology: str, hosts: str, seeds: int, trees: int, tolerance: float, as_json: bool
+    topology: str, hosts: str, seeds: int, trees: int, tolerance: float, jump: bool, as_json: bool
 ) -> None:
     """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
     from testbed.predict import probe_cost
@@ -471,11 +476,15 @@ def bench_probes(
             trees,
             tolerance,
             progress=lambda done, total: status.update(f"DTM joins: {done}/{total} sizes"),
+            jump=jump,
         )
     if as_json:
         print(json.dumps({"topology": topology, "rows": rows}))
         return
-    table = Table(title=f"DTM measurements per peer ({topology}, {trees} tree(s), {seeds} seeds)")
+    how = ", jumps" if jump else ""
+    table = Table(
+        title=f"DTM measurements per peer ({topology}, {trees} tree(s){how}, {seeds} seeds)"
+    )
     for col in ("hosts", "mean", "max", "mean / log2 n", "p95 rel. error"):
         table.add_column(col, justify="right")
     for row in rows:

@@ -392,6 +392,7 @@ class DtmTechnique(_Technique, tag="dtm"):
     round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
     rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
     tolerance: float = 0.01  # share of d(base, c) a branch must run further to be followed
+    jump: bool = False  # jump along the path to a branch's deepest host (O(log n) walks)
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
 

@@ -15,7 +15,8 @@
 #   order. To find that point without measuring everyone, c walks the
 #   prediction tree from s: at each vertex it measures one host in each branch
 #   (up to `branch_sample` of them) and follows the branch whose host runs
-#   furthest with it; so a join costs O(depth x branching) measurements. The
+#   furthest with it; so a join costs O(depth x branching) measurements (with
+#   `jump`, O(log n) walks along heavy paths: see DtmConfig.jump). The
 #   thesis's "two simulated joins" are two such walks, the second looking at
 #   other (random) hosts in each branch; c joins where its tree distances fit
 #   everything it measured best.
@@ -56,6 +57,9 @@ __all__ = ["Dtm", "DtmConfig", "round_pow2"]
 Measure = Callable[[int, int], float]
 # Relative distance under which two points of the tree are one (float rounding).
 _CLOSE = 1e-9
+# A jump is taken only if the branch's oldest host agrees with it within this
+# share of the jump's length (see Dtm._jump).
+_JUMP_CHECK = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ class DtmConfig:
     # A branch must run this share of d(base, c) further with c to be followed:
     # measurement noise below it is no reason to turn (1e-9: float rounding only).
     tolerance: float = 0.01
+    # Jump along the path to a branch's deepest host, to where that host says c
+    # parts from it, past the vertices in between: O(log n) steps (the heavy-path
+    # argument) and exact on a tree metric, but on input far from a tree one
+    # measurement then decides a whole stretch (docs/prediction.md, "Probe cost").
+    jump: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.simulated_joins, int) and self.simulated_joins >= 1):
@@ -417,15 +426,58 @@ class Dtm:
                 if g > at + tolerance:
                     seen.append(self._on_edge(x, q, min(g, at + weight) - at, d_base - g))
                     if best is None or g > best[2]:
-                        best = (x, q, g, weight)
+                        best, best_at = (x, q, g, weight), len(seen) - 1
             if best is None:
                 return [*seen, (u, self._depth[u], max(0.0, d_base - at))]
             seen.append((u, self._depth[u], max(0.0, d_base - at)))
             x, q, g, weight = best
             if g >= at + weight - tolerance:
-                u, came, at = q, x, at + weight
+                jump = self._jump(s, x, q, at, runs_with, tolerance, d_base)
+                if jump is None:
+                    u, came, at = q, x, at + weight
+                    continue
+                v, depth, g_deep = jump
+                del seen[best_at]  # the point at q: its branches go unmeasured
+                if depth < self._depth[v]:  # c parts inside the edge above v
+                    return [*seen, (v, depth, max(0.0, d_base - g_deep))]
+                u, came, at = v, self._parent[v], depth
+                if u in self._vertex_host:  # a host at the landing point: measured too
+                    runs_with(self._vertex_host[u])
                 continue
             return [*seen, self._on_edge(x, q, g - at, d_base - g)]
+
+    def _jump(
+        self,
+        s: int,
+        x: int,
+        q: int,
+        at: float,
+        runs_with: Callable[[int], float],
+        tolerance: float,
+        d_base: float,
+    ) -> tuple[int, float, float] | None:
+        """With `jump`: where c parts from the path s -> h, h the deepest host
+        below q (the walk runs on from x into q), as (v, depth, g): the vertex v
+        itself when depth == depth[v] (the walk goes on from there), else the
+        point inside the edge above v. None: take one edge as before."""
+        if not self.config.jump or self._parent[q] != x:
+            return None
+        deep, rep = self._deep[q], self._rep[q]
+        t = self._host_vertex[deep]
+        g = min(runs_with(deep), self._depth[t])  # s is the root: depth = distance from s
+        if g <= self._depth[q] + tolerance or g >= d_base:
+            return None  # no further than q, or more than the tree can explain
+        if rep != deep:
+            # The oldest host must run with c as far as the tree says it should:
+            # to where its path and h's part, or to c's point if that comes first.
+            fork = self._depth[self._lca(self._host_vertex[rep], t)]
+            if abs(runs_with(rep) - min(g, fork)) > _JUMP_CHECK * (g - at):
+                return None
+        # The topmost vertex within the tolerance of the point: c is on it, or
+        # parts inside the edge above it.
+        near = max(tolerance, _CLOSE * max(g, 1.0))
+        v, _ = self._point_on_path(s, t, g - near)
+        return v, (self._depth[v] if self._depth[v] <= g + near else g), g
 
     def _near_points(self, seen: dict[int, float]) -> list[tuple[int, float, float]]:
         """Where c parts, seen from the nearest host a it measured, from the path
@@ -530,6 +582,8 @@ class Dtm:
                 if (v, depth) in tried:
                     continue
                 tried.add((v, depth))
+            if self.config.jump and self._stranger_at(v, depth, seen):
+                continue
             if v not in ancestors:
                 chain, u = set(), v
                 while u >= 0:
@@ -560,6 +614,31 @@ class Dtm:
             if misfit < best_misfit:
                 best, best_misfit = (v, depth, leaf), misfit
         return best
+
+    def _stranger_at(self, v: int, depth: float, seen: dict[int, float]) -> bool:
+        """Whether a host c did not measure sits at the point (v, depth). Jumps
+        pass vertices without measuring their branches, and a place seen from the
+        nearest host may be one of them: c would hang on such a host by a leaf
+        fitted to others, 0 within their noise."""
+        close = _CLOSE * max(depth, 1.0)
+        if depth < self._depth[v] - close:
+            v = self._parent[v]
+            if v < 0 or depth > self._depth[v] + close:
+                return False  # inside an edge: no host there
+        stack, visited = [v], {v}
+        while stack:
+            x = stack.pop()
+            host = self._vertex_host.get(x)
+            if host is not None and host not in seen:
+                return True
+            around = [q for q in self._children[x] if self._weight[q] <= close]
+            if self._parent[x] >= 0 and self._weight[x] <= close:
+                around.append(self._parent[x])
+            for q in around:
+                if q not in visited:
+                    visited.add(q)
+                    stack.append(q)
+        return False
 
     # -- leaving and rejoining ------------------------------------------------------------------------
 

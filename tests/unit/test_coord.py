@@ -145,8 +145,13 @@ def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:
 
 @pytest.mark.parametrize(
     "config",
-    [DtmConfig(), DtmConfig(simulated_joins=2), DtmConfig(every_point=False, fit_leaf=False)],
-    ids=["default", "two-walks", "sequoia-plain"],
+    [
+        DtmConfig(),
+        DtmConfig(simulated_joins=2),
+        DtmConfig(every_point=False, fit_leaf=False),
+        DtmConfig(jump=True),
+    ],
+    ids=["default", "two-walks", "sequoia-plain", "jump"],
 )
 def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins(config):
     d = tree_metric(120, seed=3)
@@ -173,6 +178,33 @@ def test_dtm_passes_a_clusters_star_without_measuring_its_members():
     assert dtm.measurements[joiner] <= 6
     assert np.abs(dtm.predict_all(list(range(len(hosts)))) - d).max() < 1e-9
     assert max(dtm.measurements[h] for h in range(3, joiner)) <= 64 + 4  # members: one sample
+
+
+def test_dtm_jumps_make_a_deep_tree_cheap_to_join():
+    # 128 cherries (two hosts on a side branch) along one long spine. A walk
+    # that takes one edge at a time measures a host of every cherry it passes
+    # (O(n) a join); jumping to where the deepest host of a branch says the
+    # joiner leaves it takes O(log n) walks (the heavy-path argument), and is
+    # exact on a tree metric.
+    rng = random.Random(5)
+    parent, weight, hosts, spine = [-1], [0.0], [], 0
+    for _ in range(128):
+        parent.append(spine)  # the next spine vertex ...
+        weight.append(rng.uniform(1, 10))
+        spine = len(parent) - 1
+        parent.append(spine)  # ... its side branch ...
+        weight.append(rng.uniform(1, 10))
+        for side in (len(parent) - 1,) * 2:  # ... with two hosts
+            parent.append(side)
+            weight.append(rng.uniform(1, 10))
+            hosts.append(len(parent) - 1)
+    d = path_lengths(parent, weight, hosts)
+    n = len(hosts)
+    walk = build(d, DtmConfig(tolerance=0.0))
+    jump = build(d, DtmConfig(tolerance=0.0, jump=True))
+    assert np.abs(jump.predict_all(list(range(n))) - d).max() < 1e-9
+    per_host = {k: sum(t.measurements.values()) / n for k, t in [("walk", walk), ("jump", jump)]}
+    assert per_host["jump"] < math.log2(n) < per_host["walk"] / 2, per_host
 
 
 def test_dtm_rejoin_and_a_departed_base_keep_the_tree_exact():
@@ -207,9 +239,10 @@ def test_dtm_does_not_turn_on_measurement_noise():
     # A tree metric measured to a microsecond: a walk that followed any branch
     # running a hair further with the joiner took wrong turns (errors of 24x).
     d = np.round(tree_metric(40, seed=3), 3)
-    for seed in (4, 7, 8, 9):
-        errors = relative_errors(d, build(d, DtmConfig(), seed).predict_all(list(range(40))))
-        assert errors.max < 1e-3
+    for config in (DtmConfig(), DtmConfig(jump=True)):
+        for seed in (4, 7, 8, 9):
+            errors = relative_errors(d, build(d, config, seed).predict_all(list(range(40))))
+            assert errors.max < 1e-3
     with pytest.raises(ValueError, match="tolerance"):
         DtmConfig(tolerance=0.5)
 

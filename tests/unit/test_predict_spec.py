@@ -197,5 +197,8 @@ def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
     for row in rows:
         assert 0 < row["per_host_mean"] < row["hosts"] - 1  # not everyone
         assert row["p95"] < 1e-3  # a tree metric
+    jumps = CliRunner().invoke(cli, ["bench", "probes", *args, "--jump", "--json"])
+    assert jumps.exit_code == 0, jumps.output
+    assert all(r["jump"] and r["p95"] < 1e-3 for r in json.loads(jumps.output)["rows"])
     bad = CliRunner().invoke(cli, ["bench", "probes", "--hosts", "1,x"])
     assert bad.exit_code == 2 and "--hosts" in bad.output
