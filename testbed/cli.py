@@ -449,13 +449,29 @@ def bench_delay(
 )
 @click.option(
     "--jump",
-    is_flag=True,
-    help="Walks jump along the path to a branch's deepest host (DTM's `jump` option).",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="DTM's jump: a share of d(base, c) (0: walks take one edge at a time; try 0.1).",
+)
+@click.option(
+    "--leaf-hosts",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="DTM's leaf_hosts (try 4 with --jump).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def bench_probes(
-    topology: str, hosts: str, seeds: int, trees: int, tolerance: float, jump: bool, as_json: bool
+    topology: str,
+    hosts: str,
+    seeds: int,
+    trees: int,
+    tolerance: float,
+    jump: float,
+    leaf_hosts: int,
+    as_json: bool,
 ) -> None:
     """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
     from testbed.predict import probe_cost
@@ -477,11 +493,12 @@ def bench_probes(
             tolerance,
             progress=lambda done, total: status.update(f"DTM joins: {done}/{total} sizes"),
             jump=jump,
+            leaf_hosts=leaf_hosts,
         )
     if as_json:
         print(json.dumps({"topology": topology, "rows": rows}))
         return
-    how = ", jumps" if jump else ""
+    how = f", jump {jump:g}, leaf_hosts {leaf_hosts}" if jump or leaf_hosts else ""
     table = Table(
         title=f"DTM measurements per peer ({topology}, {trees} tree(s){how}, {seeds} seeds)"
     )

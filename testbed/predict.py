@@ -274,6 +274,7 @@ def dtm_config(tech: DtmTechnique) -> DtmConfig:
         near_points=tech.near_points,
         tolerance=tech.tolerance,
         jump=tech.jump,
+        leaf_hosts=tech.leaf_hosts,
     )
 
 
@@ -579,14 +580,17 @@ def probe_cost(
     trees: int,
     tolerance: float,
     progress: Callable[[int, int], None] | None = None,
-    jump: bool = False,
+    jump: float = 0.0,
+    leaf_hosts: int = 0,
 ) -> list[dict[str, Any]]:
     """DTM's measurements per peer as the grid grows (the issue's O(log n) check):
     for each size n, n hosts picked at random from `ref` per seed, DTM with
     `trees` trees; the mean and max measurements (distinct peers measured, one
     sample each) per host, and the mean over log2 n."""
 
-    tech = DtmTechnique(name="dtm", trees=trees, tolerance=tolerance, jump=jump)
+    tech = DtmTechnique(
+        name="dtm", trees=trees, tolerance=tolerance, jump=jump, leaf_hosts=leaf_hosts
+    )
     rows = []
     for k, n in enumerate(sizes):
         runs = []
@@ -601,6 +605,7 @@ def probe_cost(
                 "seeds": len(seeds),
                 "trees": trees,
                 "jump": jump,
+                "leaf_hosts": leaf_hosts,
                 "per_host_mean": round(mean, 2),
                 "per_host_max": max(r["probes_per_host_max"] for r in runs),
                 "per_host_over_log2n": round(mean / math.log2(n), 3),

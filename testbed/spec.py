@@ -392,7 +392,8 @@ class DtmTechnique(_Technique, tag="dtm"):
     round_above_ms: float | None = None  # Round variant: above this, to the nearest power of 2
     rejoin: bool = False  # Rejoin variant: every host leaves and joins again, in join order
     tolerance: float = 0.01  # share of d(base, c) a branch must run further to be followed
-    jump: bool = False  # jump along the path to a branch's deepest host (O(log n) walks)
+    jump: float = 0.0  # jump to where a branch's deepest host says, once within this share of d
+    leaf_hosts: int = 0  # then measure this many hosts nearest c's place and refit its leaf
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
 
@@ -486,6 +487,10 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
                 fail(f"{where}.near_points", "must be at least 0 (0: off)")
             if not 0 <= tech.tolerance < 0.5:
                 fail(f"{where}.tolerance", "must be within [0, 0.5)")
+            if not 0 <= tech.jump <= 1:
+                fail(f"{where}.jump", "must be within [0, 1] (a share of d(base, c); 0: off)")
+            if tech.leaf_hosts < 0:
+                fail(f"{where}.leaf_hosts", "must be at least 0 (0: off)")
             if tech.trees < 1:
                 fail(f"{where}.trees", "must be at least 1")
             if not 0 <= tech.tree_quantile <= 1:

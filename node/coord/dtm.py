@@ -57,9 +57,6 @@ __all__ = ["Dtm", "DtmConfig", "round_pow2"]
 Measure = Callable[[int, int], float]
 # Relative distance under which two points of the tree are one (float rounding).
 _CLOSE = 1e-9
-# A jump is taken only if the branch's oldest host agrees with it within this
-# share of the jump's length (see Dtm._jump).
-_JUMP_CHECK = 0.1
 
 
 @dataclass(frozen=True)
@@ -77,10 +74,15 @@ class DtmConfig:
     # measurement noise below it is no reason to turn (1e-9: float rounding only).
     tolerance: float = 0.01
     # Jump along the path to a branch's deepest host, to where that host says c
-    # parts from it, past the vertices in between: O(log n) steps (the heavy-path
-    # argument) and exact on a tree metric, but on input far from a tree one
-    # measurement then decides a whole stretch (docs/prediction.md, "Probe cost").
-    jump: bool = False
+    # parts from it, past the vertices in between, once the walk is within this
+    # share of d(base, c) of c (0: never, 1: anywhere). Exact on a tree metric and
+    # O(log n) walks (the heavy-path argument); on input far from a tree one
+    # measurement decides a whole stretch, so a small share keeps the jumps inside
+    # c's own cluster (docs/prediction.md, "Probe cost").
+    jump: float = 0.0
+    # Then c measures this many hosts nearest its place in the tree, and its leaf
+    # is fitted to them too: a walk that jumped measured few of its neighbours.
+    leaf_hosts: int = 0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.simulated_joins, int) and self.simulated_joins >= 1):
@@ -95,6 +97,10 @@ class DtmConfig:
             raise ValueError(f"dtm.tolerance must be within [0, 0.5), not {self.tolerance!r}")
         if not (isinstance(self.near_points, int) and self.near_points >= 0):
             raise ValueError(f"dtm.near_points must be an integer >= 0, not {self.near_points!r}")
+        if not (isinstance(self.jump, int | float) and 0 <= self.jump <= 1):
+            raise ValueError(f"dtm.jump must be within [0, 1], not {self.jump!r}")
+        if not (isinstance(self.leaf_hosts, int) and self.leaf_hosts >= 0):
+            raise ValueError(f"dtm.leaf_hosts must be an integer >= 0, not {self.leaf_hosts!r}")
         if self.round_above is not None and not (self.round_above > 0):
             raise ValueError(f"dtm.round_above must be positive, not {self.round_above!r}")
 
@@ -317,6 +323,10 @@ class Dtm:
             if self.config.near_points:
                 candidates.extend(self._near_points(seen))
             v, depth, leaf = self._best_place(candidates, seen)
+            if self.config.leaf_hosts:
+                for host in self._hosts_near(v, depth, self.config.leaf_hosts):
+                    m(host)
+                v, depth, leaf = self._best_place([(v, depth, leaf)], seen)
             vertex = self._attach(v, depth, leaf)
         self._host_vertex[c] = vertex
         self._vertex_host[vertex] = c
@@ -460,19 +470,12 @@ class Dtm:
         below q (the walk runs on from x into q), as (v, depth, g): the vertex v
         itself when depth == depth[v] (the walk goes on from there), else the
         point inside the edge above v. None: take one edge as before."""
-        if not self.config.jump or self._parent[q] != x:
-            return None
-        deep, rep = self._deep[q], self._rep[q]
-        t = self._host_vertex[deep]
-        g = min(runs_with(deep), self._depth[t])  # s is the root: depth = distance from s
+        if not self.config.jump or d_base - at > self.config.jump * d_base or self._parent[q] != x:
+            return None  # c is further off than jumps go, or not a branch down
+        t = self._host_vertex[self._deep[q]]  # measured already, trying the branch
+        g = min(runs_with(self._deep[q]), self._depth[t])  # s is the root: depth = d_T(s, .)
         if g <= self._depth[q] + tolerance or g >= d_base:
             return None  # no further than q, or more than the tree can explain
-        if rep != deep:
-            # The oldest host must run with c as far as the tree says it should:
-            # to where its path and h's part, or to c's point if that comes first.
-            fork = self._depth[self._lca(self._host_vertex[rep], t)]
-            if abs(runs_with(rep) - min(g, fork)) > _JUMP_CHECK * (g - at):
-                return None
         # The topmost vertex within the tolerance of the point: c is on it, or
         # parts inside the edge above it.
         near = max(tolerance, _CLOSE * max(g, 1.0))
@@ -614,6 +617,27 @@ class Dtm:
             if misfit < best_misfit:
                 best, best_misfit = (v, depth, leaf), misfit
         return best
+
+    def _hosts_near(self, v: int, depth: float, k: int) -> list[int]:
+        """The k hosts nearest the point (v, depth) in the tree (Dijkstra's order)."""
+        heap = [(self._depth[v] - depth, v)]
+        if self._parent[v] >= 0:
+            heap.append((depth - self._depth[self._parent[v]], self._parent[v]))
+        heap.sort()
+        done: set[int] = set()
+        out: list[int] = []
+        while heap and len(out) < k:
+            dist, x = heapq.heappop(heap)
+            if x in done:
+                continue
+            done.add(x)
+            if x in self._vertex_host:
+                out.append(self._vertex_host[x])
+            for q in self._children[x]:
+                heapq.heappush(heap, (dist + self._weight[q], q))
+            if self._parent[x] >= 0:
+                heapq.heappush(heap, (dist + self._weight[x], self._parent[x]))
+        return out
 
     def _stranger_at(self, v: int, depth: float, seen: dict[int, float]) -> bool:
         """Whether a host c did not measure sits at the point (v, depth). Jumps

@@ -149,9 +149,10 @@ def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:
         DtmConfig(),
         DtmConfig(simulated_joins=2),
         DtmConfig(every_point=False, fit_leaf=False),
-        DtmConfig(jump=True),
+        DtmConfig(jump=1.0, leaf_hosts=4),
+        DtmConfig(jump=0.1, leaf_hosts=4),
     ],
-    ids=["default", "two-walks", "sequoia-plain", "jump"],
+    ids=["default", "two-walks", "sequoia-plain", "jump", "jump-near"],
 )
 def test_dtm_embeds_a_tree_metric_exactly_in_any_order_and_after_rejoins(config):
     d = tree_metric(120, seed=3)
@@ -201,7 +202,7 @@ def test_dtm_jumps_make_a_deep_tree_cheap_to_join():
     d = path_lengths(parent, weight, hosts)
     n = len(hosts)
     walk = build(d, DtmConfig(tolerance=0.0))
-    jump = build(d, DtmConfig(tolerance=0.0, jump=True))
+    jump = build(d, DtmConfig(tolerance=0.0, jump=1.0))
     assert np.abs(jump.predict_all(list(range(n))) - d).max() < 1e-9
     per_host = {k: sum(t.measurements.values()) / n for k, t in [("walk", walk), ("jump", jump)]}
     assert per_host["jump"] < math.log2(n) < per_host["walk"] / 2, per_host
@@ -239,12 +240,14 @@ def test_dtm_does_not_turn_on_measurement_noise():
     # A tree metric measured to a microsecond: a walk that followed any branch
     # running a hair further with the joiner took wrong turns (errors of 24x).
     d = np.round(tree_metric(40, seed=3), 3)
-    for config in (DtmConfig(), DtmConfig(jump=True)):
+    for config in (DtmConfig(), DtmConfig(jump=1.0)):
         for seed in (4, 7, 8, 9):
             errors = relative_errors(d, build(d, config, seed).predict_all(list(range(40))))
             assert errors.max < 1e-3
     with pytest.raises(ValueError, match="tolerance"):
         DtmConfig(tolerance=0.5)
+    with pytest.raises(ValueError, match="jump"):
+        DtmConfig(jump=-0.1)
 
 
 def test_dtm_leaves_keep_the_others_predictions():

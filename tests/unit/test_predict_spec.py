@@ -119,6 +119,10 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
             "techniques.0 (dtm).near_points: must be at least 0",
         ),
         (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\njump = 1.5',
+            "techniques.0 (dtm).jump: must be within [0, 1]",
+        ),
+        (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_quantile = 2',
             "techniques.0 (dtm).tree_quantile",
         ),
@@ -197,8 +201,11 @@ def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
     for row in rows:
         assert 0 < row["per_host_mean"] < row["hosts"] - 1  # not everyone
         assert row["p95"] < 1e-3  # a tree metric
-    jumps = CliRunner().invoke(cli, ["bench", "probes", *args, "--jump", "--json"])
+    jumps = CliRunner().invoke(
+        cli, ["bench", "probes", *args, "--jump", "1", "--leaf-hosts", "4", "--json"]
+    )
     assert jumps.exit_code == 0, jumps.output
-    assert all(r["jump"] and r["p95"] < 1e-3 for r in json.loads(jumps.output)["rows"])
+    for row in json.loads(jumps.output)["rows"]:
+        assert row["jump"] == 1 and row["leaf_hosts"] == 4 and row["p95"] < 1e-3
     bad = CliRunner().invoke(cli, ["bench", "probes", "--hosts", "1,x"])
     assert bad.exit_code == 2 and "--hosts" in bad.output
