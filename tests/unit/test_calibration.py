@@ -11,7 +11,7 @@ def test_a_quiet_round_and_a_burst_are_told_apart():
     quiet = [0.00012, 0.00013, 0.00014, 0.00014, 0.00015, 0.00016, 0.00018, 0.00019, 0.0002, 0.0003]
     assert _quiet_round(quiet)
     # both cores busy: the same p50, but a fifth of the probes 2-6 ms late
-    burst = quiet[:8] + [0.002, 0.006]
+    burst = [*quiet[:8], 0.002, 0.006]
     assert not _quiet_round(burst)
 
 
