@@ -461,6 +461,20 @@ def bench_delay(
     show_default=True,
     help="DTM's leaf_hosts (try 4 with --jump).",
 )
+@click.option(
+    "--snap",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="DTM's snap: a share of c's leaf (0: off; try 0.5 with --leaf-sample 4).",
+)
+@click.option(
+    "--leaf-sample",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="DTM's leaf_sample: lone hosts tried at a vertex (0: as branch_sample allows).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def bench_probes(
@@ -471,10 +485,16 @@ def bench_probes(
     tolerance: float,
     jump: float,
     leaf_hosts: int,
+    snap: float,
+    leaf_sample: int,
     as_json: bool,
 ) -> None:
     """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
     from testbed.predict import probe_cost
+    from testbed.spec import DtmTechnique
+
+    options = {"jump": jump, "leaf_hosts": leaf_hosts, "snap": snap, "leaf_sample": leaf_sample}
+    tech = DtmTechnique(name="dtm", trees=trees, tolerance=tolerance, **options)
 
     try:
         sizes = [int(x) for x in hosts.split(",") if x.strip()]
@@ -489,16 +509,13 @@ def bench_probes(
             topology,
             sizes,
             list(range(1, seeds + 1)),
-            trees,
-            tolerance,
+            tech,
             progress=lambda done, total: status.update(f"DTM joins: {done}/{total} sizes"),
-            jump=jump,
-            leaf_hosts=leaf_hosts,
         )
     if as_json:
         print(json.dumps({"topology": topology, "rows": rows}))
         return
-    how = f", jump {jump:g}, leaf_hosts {leaf_hosts}" if jump or leaf_hosts else ""
+    how = "".join(f", {name} {value:g}" for name, value in options.items() if value)
     table = Table(
         title=f"DTM measurements per peer ({topology}, {trees} tree(s){how}, {seeds} seeds)"
     )

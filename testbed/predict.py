@@ -275,6 +275,8 @@ def dtm_config(tech: DtmTechnique) -> DtmConfig:
         tolerance=tech.tolerance,
         jump=tech.jump,
         leaf_hosts=tech.leaf_hosts,
+        snap=tech.snap,
+        leaf_sample=tech.leaf_sample,
     )
 
 
@@ -577,20 +579,13 @@ def probe_cost(
     ref: str,
     sizes: list[int],
     seeds: list[int],
-    trees: int,
-    tolerance: float,
+    tech: DtmTechnique,
     progress: Callable[[int, int], None] | None = None,
-    jump: float = 0.0,
-    leaf_hosts: int = 0,
 ) -> list[dict[str, Any]]:
     """DTM's measurements per peer as the grid grows (the issue's O(log n) check):
-    for each size n, n hosts picked at random from `ref` per seed, DTM with
-    `trees` trees; the mean and max measurements (distinct peers measured, one
-    sample each) per host, and the mean over log2 n."""
-
-    tech = DtmTechnique(
-        name="dtm", trees=trees, tolerance=tolerance, jump=jump, leaf_hosts=leaf_hosts
-    )
+    for each size n, n hosts picked at random from `ref` per seed, DTM as `tech`
+    says; the mean and max measurements (distinct peers measured, one sample
+    each) per host, and the mean over log2 n."""
     rows = []
     for k, n in enumerate(sizes):
         runs = []
@@ -603,9 +598,12 @@ def probe_cost(
             {
                 "hosts": n,
                 "seeds": len(seeds),
-                "trees": trees,
-                "jump": jump,
-                "leaf_hosts": leaf_hosts,
+                "trees": tech.trees,
+                "tolerance": tech.tolerance,
+                "jump": tech.jump,
+                "leaf_hosts": tech.leaf_hosts,
+                "snap": tech.snap,
+                "leaf_sample": tech.leaf_sample,
                 "per_host_mean": round(mean, 2),
                 "per_host_max": max(r["probes_per_host_max"] for r in runs),
                 "per_host_over_log2n": round(mean / math.log2(n), 3),

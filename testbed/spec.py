@@ -394,6 +394,8 @@ class DtmTechnique(_Technique, tag="dtm"):
     tolerance: float = 0.01  # share of d(base, c) a branch must run further to be followed
     jump: float = 0.0  # jump to where a branch's deepest host says, once within this share of d
     leaf_hosts: int = 0  # then measure this many hosts nearest c's place and refit its leaf
+    snap: float = 0.0  # hang c at its edge's nearer end when within this share of its leaf
+    leaf_sample: int = 0  # branches to a lone host tried at a vertex (0: branch_sample's)
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
 
@@ -491,6 +493,10 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
                 fail(f"{where}.jump", "must be within [0, 1] (a share of d(base, c); 0: off)")
             if tech.leaf_hosts < 0:
                 fail(f"{where}.leaf_hosts", "must be at least 0 (0: off)")
+            if not 0 <= tech.snap <= 1:
+                fail(f"{where}.snap", "must be within [0, 1] (a share of c's leaf; 0: off)")
+            if tech.leaf_sample < 0:
+                fail(f"{where}.leaf_sample", "must be at least 0 (0: as branch_sample allows)")
             if tech.trees < 1:
                 fail(f"{where}.trees", "must be at least 1")
             if not 0 <= tech.tree_quantile <= 1:

@@ -83,6 +83,14 @@ class DtmConfig:
     # Then c measures this many hosts nearest its place in the tree, and its leaf
     # is fitted to them too: a walk that jumped measured few of its neighbours.
     leaf_hosts: int = 0
+    # c hangs at the nearer end of the edge it parts in when that end is within
+    # this share of its leaf (0: off). Members of a cluster of independent draws
+    # then hang around one point (a star) instead of a caterpillar 30-58 levels
+    # deep that each later member walks down; a tree metric is no longer exact.
+    snap: float = 0.0
+    # Branches to a lone host tried at a vertex (0: as `branch_sample` allows): a
+    # random few of a star's members stand for the others.
+    leaf_sample: int = 0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.simulated_joins, int) and self.simulated_joins >= 1):
@@ -101,6 +109,10 @@ class DtmConfig:
             raise ValueError(f"dtm.jump must be within [0, 1], not {self.jump!r}")
         if not (isinstance(self.leaf_hosts, int) and self.leaf_hosts >= 0):
             raise ValueError(f"dtm.leaf_hosts must be an integer >= 0, not {self.leaf_hosts!r}")
+        if not (isinstance(self.snap, int | float) and 0 <= self.snap <= 1):
+            raise ValueError(f"dtm.snap must be within [0, 1], not {self.snap!r}")
+        if not (isinstance(self.leaf_sample, int) and self.leaf_sample >= 0):
+            raise ValueError(f"dtm.leaf_sample must be an integer >= 0, not {self.leaf_sample!r}")
         if self.round_above is not None and not (self.round_above > 0):
             raise ValueError(f"dtm.round_above must be positive, not {self.round_above!r}")
 
@@ -135,6 +147,9 @@ class Dtm:
         self._order: list[int] = []  # hosts in join order (for deterministic choices)
         self._base: int | None = None  # where joins start their walk
         self.measurements: dict[int, int] = {}  # host -> measurements it made to join
+        # Walks that skip hosts (jumps, a sample of a star's members) must not
+        # hang c on one of those it did not measure (by a leaf fitted to others).
+        self._skips = bool(config.jump or config.leaf_sample or config.snap)
 
     # -- the tree -------------------------------------------------------------------------------------
 
@@ -280,6 +295,31 @@ class Dtm:
             self._bump_levels(v)
         return self._new_vertex(at, leaf)
 
+    def _snap(
+        self, v: int, depth: float, leaf: float, seen: dict[int, float]
+    ) -> tuple[int, float, float]:
+        """c's place (v, depth, leaf), moved to an end of its edge within `snap` x
+        leaf (the upper end first), unless the end fits c's measurements clearly
+        worse (by half as much misfit again): a cluster's member parts from the
+        others by noise, a host on a tree where the tree says."""
+        parent = self._parent[v]
+        reach = self.config.snap * leaf
+        if parent < 0:
+            return v, depth, leaf
+        if depth - self._depth[parent] <= reach:
+            end = self._depth[parent]
+        elif self._depth[v] - depth <= reach:
+            end = self._depth[v]
+        else:
+            return v, depth, leaf
+        if end == depth:  # at a vertex already
+            return v, depth, leaf
+        fits = self._fits([(v, depth, leaf), (v, end, leaf)], seen)
+        if len(fits) < 2:  # a host c did not measure sits at the end
+            return v, depth, leaf
+        (here, misfit_here), (there, misfit_there) = fits
+        return there if misfit_there <= 3.0 * misfit_here else here
+
     def _bump_levels(self, v: int) -> None:
         stack = [v]
         while stack:
@@ -327,6 +367,8 @@ class Dtm:
                 for host in self._hosts_near(v, depth, self.config.leaf_hosts):
                     m(host)
                 v, depth, leaf = self._best_place([(v, depth, leaf)], seen)
+            if self.config.snap:
+                v, depth, leaf = self._snap(v, depth, leaf, seen)
             vertex = self._attach(v, depth, leaf)
         self._host_vertex[c] = vertex
         self._vertex_host[vertex] = c
@@ -418,8 +460,11 @@ class Dtm:
             for branch in self._branches(u, came, tolerance, shuffle):
                 x, q = branch[0], branch[1]
                 (leaves if q != self._parent[x] and not self._children[q] else inner).append(branch)
-            if len(inner) + len(leaves) > sample:
-                leaves = self.rng.sample(leaves, max(0, min(len(leaves), sample - len(inner))))
+            room = max(0, sample - len(inner))
+            if self.config.leaf_sample:
+                room = min(room, self.config.leaf_sample)
+            if len(leaves) > room:
+                leaves = self.rng.sample(leaves, room)
             reach = max((branch[3] for branch in leaves), default=0.0)
             best: tuple[int, int, float, float] | None = None
             for k, (x, q, host, weight) in enumerate(inner + leaves):
@@ -573,19 +618,27 @@ class Dtm:
         of relative errors; the first on a tie). With fit_leaf, each candidate's
         leaf weight is first fitted to every measurement: the median, weighted
         by 1/d, of d(c, m) - d_T(point, m) (least relative error)."""
+        fits = self._fits(candidates, seen)
+        return min(fits, key=lambda fit: fit[1])[0] if fits else candidates[0]
+
+    def _fits(
+        self, candidates: list[tuple[int, float, float]], seen: dict[int, float]
+    ) -> list[tuple[tuple[int, float, float], float]]:
+        """Each candidate (one a point with fit_leaf, none where a stranger sits)
+        with its leaf fitted, and its misfit: the sum of relative errors."""
         targets = [self._host_vertex[other] for other in seen]
         measured = list(seen.values())
         weights = [1 / max(d, 1e-12) for d in measured]
         half = sum(weights) / 2
         ancestors: dict[int, set[int]] = {}
-        best, best_misfit = candidates[0], math.inf
+        fits = []
         tried: set[tuple[int, float]] = set()
         for v, depth, leaf in candidates:
             if self.config.fit_leaf:  # the leaf is refitted: one try per point
                 if (v, depth) in tried:
                     continue
                 tried.add((v, depth))
-            if self.config.jump and self._stranger_at(v, depth, seen):
+            if self._skips and self._stranger_at(v, depth, seen):
                 continue
             if v not in ancestors:
                 chain, u = set(), v
@@ -614,9 +667,8 @@ class Dtm:
             misfit = 0.0
             for d, t in zip(measured, tree, strict=True):
                 misfit += abs(leaf + t - d) / max(d, 1e-12)
-            if misfit < best_misfit:
-                best, best_misfit = (v, depth, leaf), misfit
-        return best
+            fits.append(((v, depth, leaf), misfit))
+        return fits
 
     def _hosts_near(self, v: int, depth: float, k: int) -> list[int]:
         """The k hosts nearest the point (v, depth) in the tree (Dijkstra's order)."""

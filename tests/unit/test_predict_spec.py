@@ -123,6 +123,14 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
             "techniques.0 (dtm).jump: must be within [0, 1]",
         ),
         (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\nsnap = 2',
+            "techniques.0 (dtm).snap: must be within [0, 1]",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\nleaf_sample = -1',
+            "techniques.0 (dtm).leaf_sample: must be at least 0",
+        ),
+        (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_quantile = 2',
             "techniques.0 (dtm).tree_quantile",
         ),
@@ -207,5 +215,9 @@ def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
     assert jumps.exit_code == 0, jumps.output
     for row in json.loads(jumps.output)["rows"]:
         assert row["jump"] == 1 and row["leaf_hosts"] == 4 and row["p95"] < 1e-3
+    snaps = CliRunner().invoke(cli, ["bench", "probes", *args, "--snap", "0.5", "--json"])
+    assert snaps.exit_code == 0, snaps.output
+    for row in json.loads(snaps.output)["rows"]:
+        assert row["snap"] == 0.5 and row["p95"] < 1e-3  # a snap that fits worse is not made
     bad = CliRunner().invoke(cli, ["bench", "probes", "--hosts", "1,x"])
     assert bad.exit_code == 2 and "--hosts" in bad.output
