@@ -87,12 +87,14 @@ class DtmConfig:
     # is fitted to them too: a walk that jumped measured few of its neighbours.
     leaf_hosts: int = 0
     # c hangs at the nearer end of the edge it parts in when that end is within
-    # this share of its leaf (0: off). Members of a cluster of independent draws
-    # then hang around one point (a star) instead of a caterpillar 30-58 levels
-    # deep that each later member walks down; a tree metric is no longer exact.
+    # this share of its leaf (0: off) and fits c's measurements about as well
+    # (_SNAP_MISFIT; a tree metric stays exact). Members of a cluster of
+    # independent draws then hang around one point (a star) instead of a
+    # caterpillar 30-58 levels deep that each later member walks down.
     snap: float = 0.0
     # Branches to a lone host tried at a vertex (0: as `branch_sample` allows): a
-    # random few of a star's members stand for the others.
+    # random few of a star's members stand for the others (not exact on a tree
+    # metric with bigger stars).
     leaf_sample: int = 0
 
     def __post_init__(self) -> None:
