@@ -194,7 +194,7 @@ def test_the_table_command_runs_the_bundled_spec_on_any_matrix(tmp_path, tree_fi
 def test_the_bundled_prediction_specs_load():
     root = Path(__file__).parents[2] / "scripts" / "experiments"
     names = sorted(p.name for p in root.glob("predict-*.toml"))
-    assert len(names) == 4
+    assert len(names) == 5
     for name in names:
         spec, _ = load_any_spec(root / name)
         assert isinstance(spec, PredictSpec) and spec.seed_list() == list(range(1, 11))
