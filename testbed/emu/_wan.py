@@ -362,8 +362,9 @@ class Wan:
                 if k >= CALIBRATION_ROUNDS:
                     # Every round so far was noisy (a burst on a shared machine
                     # that outlasted them all): pause and measure again, since
-                    # a burst passes and the floor must not keep it.
-                    if any(_quiet_round(r) for r in rounds):
+                    # a burst passes and the floor must not keep it. (Nothing
+                    # answered at all is no burst: the error below says so.)
+                    if not rounds or any(_quiet_round(r) for r in rounds):
                         break
                     time.sleep(CALIBRATION_PAUSE_S)
                 self.engine.counters(reset=True)
