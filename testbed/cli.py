@@ -113,6 +113,15 @@ def topology_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+# The benchmarks raise RTTs below the floor to it by default (and count them).
+no_clamp_option = click.option(
+    "--no-clamp",
+    is_flag=True,
+    help="Refuse RTTs below the delay engine's floor instead of raising them to it "
+    "(clamping is the default here; the result counts clamped pairs).",
+)
+
+
 run_folder_option = click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -320,11 +329,7 @@ def bench() -> None:
 @bench.command(name="delay")
 @click.option("--topology", default="planetlab", show_default=True)
 @topology_options
-@click.option(
-    "--no-clamp",
-    is_flag=True,
-    help="Refuse latencies below the floor instead of clamping them (clamping is the default here; the result counts clamped pairs).",
-)
+@no_clamp_option
 @click.option(
     "--samples",
     type=click.IntRange(1, 10_000),
@@ -581,12 +586,7 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     help="Your own program instead of the built-in one: it gets TESTBED_RANK, TESTBED_SIZE and "
     "TESTBED_PEERS and prints a JSON object with wall_s as its last line.",
 )
-@click.option(
-    "--no-clamp",
-    is_flag=True,
-    help="Refuse RTTs below the delay engine's floor instead of raising them to it "
-    "(clamping is the default here; the result counts clamped pairs).",
-)
+@no_clamp_option
 @run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled

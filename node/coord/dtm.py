@@ -698,9 +698,10 @@ class Dtm:
 
     def _stranger_at(self, v: int, depth: float, seen: dict[int, float]) -> bool:
         """Whether a host c did not measure sits at the point (v, depth). Jumps
-        pass vertices without measuring their branches, and a place seen from the
-        nearest host may be one of them: c would hang on such a host by a leaf
-        fitted to others, 0 within their noise."""
+        pass vertices without measuring their branches, a leaf sample leaves most
+        of a star's members unmeasured, and a place seen from the nearest host or
+        a snap may be one of theirs: c would hang on such a host by a leaf fitted
+        to others, 0 within their noise."""
         close = _CLOSE * max(depth, 1.0)
         if depth < self._depth[v] - close:
             v = self._parent[v]
