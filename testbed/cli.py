@@ -480,6 +480,13 @@ def bench_delay(
     show_default=True,
     help="DTM's leaf_sample: lone hosts tried at a vertex (0: as branch_sample allows).",
 )
+@click.option(
+    "--tree-choice",
+    type=click.Choice(["quantile", "fit"]),
+    default="quantile",
+    show_default=True,
+    help="How a forest predicts a pair (fit: the tree fitting both hosts best; same samples).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_handled
 def bench_probes(
@@ -492,6 +499,7 @@ def bench_probes(
     leaf_hosts: int,
     snap: float,
     leaf_sample: int,
+    tree_choice: str,
     as_json: bool,
 ) -> None:
     """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
@@ -499,7 +507,9 @@ def bench_probes(
     from testbed.spec import DtmTechnique
 
     options = {"jump": jump, "leaf_hosts": leaf_hosts, "snap": snap, "leaf_sample": leaf_sample}
-    tech = DtmTechnique(name="dtm", trees=trees, tolerance=tolerance, **options)
+    tech = DtmTechnique(
+        name="dtm", trees=trees, tolerance=tolerance, tree_choice=tree_choice, **options
+    )
 
     try:
         sizes = [int(x) for x in hosts.split(",") if x.strip()]
@@ -521,6 +531,7 @@ def bench_probes(
         print(json.dumps({"topology": topology, "rows": rows}))
         return
     how = "".join(f", {name} {value:g}" for name, value in options.items() if value)
+    how += ", fit" if tree_choice == "fit" and trees > 1 else ""
     table = Table(
         title=f"DTM measurements per peer ({topology}, {trees} tree(s){how}, {seeds} seeds)"
     )

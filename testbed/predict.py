@@ -128,17 +128,14 @@ class Oracle:
 
 
 def _dtm(
-    n: int,
-    oracle: Oracle,
-    rng: random.Random,
-    config: DtmConfig,
-    rejoin: bool,
-    trees: int = 1,
-    quantile: float = 0.25,
+    n: int, oracle: Oracle | MeasuredOracle, rng: random.Random, tech: DtmTechnique
 ) -> np.ndarray:
-    """DTM's prediction; with trees > 1 a forest: each tree built in its own join
-    order, a pair predicted by the `quantile` of its trees' predictions. A host
-    measures each other host once, whichever tree asks (its prober caches)."""
+    """DTM's prediction; with `tech.trees` > 1 a forest, each tree built in its own
+    join order. A pair is predicted by the `tree_quantile` of its trees, or with
+    `tree_choice = "fit"` by the tree that fits both hosts' own measurements best
+    (_fittest). A host measures each other host once, whichever tree asks (its
+    prober caches), so the choice costs no measurement."""
+    config = dtm_config(tech)
     cache: dict[tuple[int, int], float] = {}
 
     def measure(a: int, b: int) -> float:
@@ -148,20 +145,53 @@ def _dtm(
         return value
 
     predictions = []
-    for k in range(trees):
+    for k in range(tech.trees):
         dtm = Dtm(config, rng if k == 0 else random.Random(rng.getrandbits(64)))
         order = list(range(n))
         rng.shuffle(order)
         for host in order:
             dtm.join(host, measure)
-        if rejoin:
+        if tech.rejoin:
             dtm.rejoin_all(measure)
         predictions.append(
-            dtm.predict_all(list(range(n))).astype(np.float32 if trees > 1 else np.float64)
+            dtm.predict_all(list(range(n))).astype(np.float32 if tech.trees > 1 else np.float64)
         )
-    if trees == 1:
+    if tech.trees == 1:
         return predictions[0]
-    return np.quantile(np.array(predictions), quantile, axis=0).astype(np.float64)
+    forest = np.array(predictions)
+    if tech.tree_choice == "fit":
+        return _fittest(forest, cache)
+    return np.quantile(forest, tech.tree_quantile, axis=0).astype(np.float64)
+
+
+# A host's misfit in a tree counts one measurement's relative error up to this:
+# a host split from its cluster in a tree is off by 10^3-10^4 towards its
+# members, and one such figure should mark the tree, not outweigh all the rest.
+_MISFIT_CAP = 10.0
+
+
+def _fittest(forest: np.ndarray, measured: dict[tuple[int, int], float]) -> np.ndarray:
+    """Each pair (a, b) from the tree t with the least misfit(t, a) + misfit(t, b),
+    a host's misfit in a tree being the mean relative error (capped) of the tree's
+    distances to the hosts it measured itself while joining any of the trees. A
+    tree that misplaced a host (a wrong turn at its join, its cluster split, a
+    pair of clusters bent) shows it in that host's own measurements, and each
+    host can work its misfits out alone: no measurement is added."""
+    trees, n, _ = forest.shape
+    pairs = np.array(list(measured), dtype=np.int64).reshape(-1, 2)
+    a, b = pairs[:, 0], pairs[:, 1]
+    values = np.fromiter(measured.values(), dtype=np.float64, count=len(pairs))
+    count = np.maximum(np.bincount(a, minlength=n), 1)
+    misfit = np.empty((trees, n))
+    for t in range(trees):
+        error = np.abs(forest[t][a, b] - values) / np.maximum(values, 1e-12)
+        misfit[t] = np.bincount(a, np.minimum(error, _MISFIT_CAP), minlength=n) / count
+    out = np.empty((n, n))
+    columns = np.arange(n)
+    for i in range(n):
+        best = np.argmin(misfit[:, i : i + 1] + misfit, axis=0)  # the first tree on a tie
+        out[i] = forest[best, i, columns]
+    return out
 
 
 def _gnp(n: int, oracle: Oracle, rng: random.Random, config: GnpConfig) -> np.ndarray:
@@ -286,9 +316,7 @@ def predict_dtm(
     """DTM's predicted matrix for `rtt` (measured with `noise`), and the samples each host sent."""
     oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
     rng = random.Random(f"dtm/{seed}")
-    predicted = _dtm(
-        len(rtt), oracle, rng, dtm_config(tech), tech.rejoin, tech.trees, tech.tree_quantile
-    )
+    predicted = _dtm(len(rtt), oracle, rng, tech)
     return predicted, oracle.probes
 
 
@@ -311,9 +339,7 @@ def run_technique(
         oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
     started = time.process_time()
     if isinstance(tech, DtmTechnique):
-        predicted = _dtm(
-            n, oracle, rng, dtm_config(tech), tech.rejoin, tech.trees, tech.tree_quantile
-        )
+        predicted = _dtm(n, oracle, rng, tech)
     elif isinstance(tech, GnpTechnique):
         config = GnpConfig(
             dims=tech.dims,
@@ -604,6 +630,7 @@ def probe_cost(
                 "leaf_hosts": tech.leaf_hosts,
                 "snap": tech.snap,
                 "leaf_sample": tech.leaf_sample,
+                "tree_choice": tech.tree_choice,
                 "per_host_mean": round(mean, 2),
                 "per_host_max": max(r["probes_per_host_max"] for r in runs),
                 "per_host_over_log2n": round(mean / math.log2(n), 3),

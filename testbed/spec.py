@@ -398,6 +398,8 @@ class DtmTechnique(_Technique, tag="dtm"):
     leaf_sample: int = 0  # branches to a lone host tried at a vertex (0: branch_sample's)
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
+    # ... or "fit": by the tree that fits both hosts' own measurements best
+    tree_choice: Literal["quantile", "fit"] = "quantile"
 
 
 class GnpTechnique(_Technique, tag="gnp"):

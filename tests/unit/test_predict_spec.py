@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from testbed.cli import cli
 from testbed.errors import InputError
-from testbed.predict import predict, run_prediction
+from testbed.predict import _fittest, predict, run_prediction
 from testbed.spec import DtmTechnique, PredictSpec, load_any_spec, load_spec
 from tests.unit.test_coord import euclidean, tree_metric
 
@@ -107,6 +107,29 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
     assert forest["probes_per_host"] < 7 * one["probes_per_host"]
 
 
+def test_a_fit_forest_takes_each_pair_from_the_tree_that_fits_both_hosts_measurements():
+    # Three "trees" of a 6-host matrix: tree 0 misplaces host 0 (its row twice
+    # too far), tree 1 host 1, tree 2 hosts 0 and 1 (half as far). Each host
+    # measured its two successors.
+    true = np.array(euclidean(6, 2, seed=4))
+    forest = np.repeat(true[None], 3, axis=0)
+    for t, hosts, factor in ((0, [0], 2.0), (1, [1], 2.0), (2, [0, 1], 0.5)):
+        for h in hosts:
+            forest[t, h, :] *= factor
+            forest[t, :, h] *= factor
+            forest[t, h, h] = 0.0
+    measured = {(a, (a + k) % 6): true[a, (a + k) % 6] for a in range(6) for k in (1, 2)}
+    chosen = _fittest(forest, measured)
+    assert np.allclose(chosen, chosen.T)
+    assert chosen[0, 3] == true[0, 3]  # tree 1: host 0 fits there, host 3 everywhere
+    assert chosen[1, 4] == true[1, 4]  # tree 0
+    rest = [(i, j) for i in range(2, 6) for j in range(2, 6)]
+    assert all(chosen[i, j] == true[i, j] for i, j in rest)
+    # Hosts 0 and 1 (mean relative error of their own measurements): tree 0
+    # 1 + 0, tree 1 0.5 + 1, tree 2 0.625 + 0.5. Their pair comes from tree 0.
+    assert chosen[0, 1] == forest[0, 0, 1] == 2 * true[0, 1]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -133,6 +156,10 @@ def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
         (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_quantile = 2',
             "techniques.0 (dtm).tree_quantile",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_choice = "best"',
+            "techniques[0].tree_choice",
         ),
         (
             'kind = "predict"\n[[techniques]]\nkind = "gnp"\nlandmarks = 3',
@@ -215,9 +242,12 @@ def test_bench_probes_reports_dtm_measurements_per_peer_by_grid_size(tree_file):
     assert jumps.exit_code == 0, jumps.output
     for row in json.loads(jumps.output)["rows"]:
         assert row["jump"] == 1 and row["leaf_hosts"] == 4 and row["p95"] < 1e-3
-    snaps = CliRunner().invoke(cli, ["bench", "probes", *args, "--snap", "0.5", "--json"])
+    snaps = CliRunner().invoke(
+        cli, ["bench", "probes", *args, "--snap", "0.5", "--tree-choice", "fit", "--json"]
+    )
     assert snaps.exit_code == 0, snaps.output
     for row in json.loads(snaps.output)["rows"]:
-        assert row["snap"] == 0.5 and row["p95"] < 1e-3  # a snap that fits worse is not made
+        assert row["snap"] == 0.5 and row["tree_choice"] == "fit"
+        assert row["p95"] < 1e-3  # a snap that fits worse is not made; every tree is exact
     bad = CliRunner().invoke(cli, ["bench", "probes", "--hosts", "1,x"])
     assert bad.exit_code == 2 and "--hosts" in bad.output
