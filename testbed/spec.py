@@ -369,9 +369,40 @@ def _convert(
     try:
         spec = msgspec.convert(data, struct)
     except msgspec.ValidationError as exc:
-        raise InputError(f"invalid spec: {exc}", source=source) from None
+        raise InputError(
+            f"invalid spec: {exc}{_expected(struct, str(exc))}", source=source
+        ) from None
     check(spec, source)
     return spec
+
+
+def _expected(struct: type, message: str) -> str:
+    """For msgspec's "Invalid enum value 'x' - at `$.a[0].b`": the values field b
+    takes (msgspec does not say). Follows the path through lists and the
+    structs of a tagged union that have the field; empty when it cannot."""
+    where = re.search(r"Invalid enum value .* - at `\$((?:\.\w+|\[\d+\])+)`", message)
+    if where is None:
+        return ""
+    kinds: list[Any] = [msgspec.inspect.type_info(struct)]
+    for name, _index in re.findall(r"\.(\w+)|\[(\d+)\]", where.group(1)):
+        step: list[Any] = []
+        for kind in kinds:
+            for one in kind.types if isinstance(kind, msgspec.inspect.UnionType) else [kind]:
+                if name and isinstance(one, msgspec.inspect.StructType):
+                    step += [f.type for f in one.fields if f.name == name]
+                elif not name and isinstance(one, msgspec.inspect.ListType):
+                    step.append(one.item_type)
+        kinds = step
+    values = sorted(
+        {
+            repr(value)
+            for kind in kinds
+            for one in (kind.types if isinstance(kind, msgspec.inspect.UnionType) else [kind])
+            if isinstance(one, msgspec.inspect.LiteralType)
+            for value in one.values
+        }
+    )
+    return f" (expected one of {', '.join(values)})" if values else ""
 
 
 # -- latency prediction specs (kind = "predict") -------------------------------------------------

@@ -159,7 +159,7 @@ def test_a_fit_forest_takes_each_pair_from_the_tree_that_fits_both_hosts_measure
         ),
         (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_choice = "best"',
-            "techniques[0].tree_choice",
+            "tree_choice` (expected one of 'fit', 'quantile')",
         ),
         (
             'kind = "predict"\n[[techniques]]\nkind = "gnp"\nlandmarks = 3',
