@@ -383,26 +383,43 @@ def _expected(struct: type, message: str) -> str:
     where = re.search(r"Invalid enum value .* - at `\$((?:\.\w+|\[\d+\])+)`", message)
     if where is None:
         return ""
-    kinds: list[Any] = [msgspec.inspect.type_info(struct)]
-    for name, _index in re.findall(r"\.(\w+)|\[(\d+)\]", where.group(1)):
-        step: list[Any] = []
-        for kind in kinds:
-            for one in kind.types if isinstance(kind, msgspec.inspect.UnionType) else [kind]:
+    try:
+        kinds: list[Any] = [msgspec.inspect.type_info(struct)]
+        for name, _index in re.findall(r"\.(\w+)|\[(\d+)\]", where.group(1)):
+            step: list[Any] = []
+            for one in _members(kinds):
                 if name and isinstance(one, msgspec.inspect.StructType):
-                    step += [f.type for f in one.fields if f.name == name]
+                    step += [f.type for f in one.fields if f.encode_name == name]
                 elif not name and isinstance(one, msgspec.inspect.ListType):
                     step.append(one.item_type)
-        kinds = step
-    values = sorted(
-        {
-            repr(value)
-            for kind in kinds
-            for one in (kind.types if isinstance(kind, msgspec.inspect.UnionType) else [kind])
-            if isinstance(one, msgspec.inspect.LiteralType)
-            for value in one.values
-        }
-    )
-    return f" (expected one of {', '.join(values)})" if values else ""
+            kinds = step
+        members = _members(kinds)
+    except Exception:  # a hint only: never in the way of the error itself
+        return ""
+    literal = [one for one in members if isinstance(one, msgspec.inspect.LiteralType)]
+    values = sorted({repr(value) for one in literal for value in one.values})
+    if not values:
+        return ""
+    other = [
+        one
+        for one in members
+        if not isinstance(one, msgspec.inspect.LiteralType | msgspec.inspect.NoneType)
+    ]
+    numeric = msgspec.inspect.IntType | msgspec.inspect.FloatType
+    if other:
+        values.append(
+            "or a number" if all(isinstance(one, numeric) for one in other) else "or another type"
+        )
+    return f" (expected one of {', '.join(values)})"
+
+
+def _members(kinds: list[Any]) -> list[Any]:
+    """The types a union stands for (and the type itself otherwise)."""
+    return [
+        one
+        for kind in kinds
+        for one in (kind.types if isinstance(kind, msgspec.inspect.UnionType) else [kind])
+    ]
 
 
 # -- latency prediction specs (kind = "predict") -------------------------------------------------
@@ -414,6 +431,9 @@ class _Technique(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind"):
     name: str = ""  # the row's label (default: the kind)
     samples: int = 1  # RTT samples per measurement ...
     filter: Filter = "mean"  # ... and how they make one figure
+    # Another stream of the technique's random choices (DTM's join orders, GNP's
+    # landmarks, Vivaldi's samples) for the same seeds and maps (0: the default).
+    stream: int = 0
 
 
 class DtmTechnique(_Technique, tag="dtm"):
@@ -429,7 +449,8 @@ class DtmTechnique(_Technique, tag="dtm"):
     leaf_sample: int = 0  # branches to a lone host tried at a vertex (0: branch_sample's)
     trees: int = 1  # a forest: trees built in their own join orders ...
     tree_quantile: float = 0.25  # ... a pair predicted by this quantile of the trees' figures
-    # ... or "fit": by the tree that fits both hosts' own measurements best
+    # ... or "fit": by the tree that fits both hosts' own measurements best (then
+    # tree_quantile is not used; with one tree neither is)
     tree_choice: Literal["quantile", "fit"] = "quantile"
 
 
@@ -513,6 +534,8 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
         where = f"techniques.{k} ({tech.name})"
         if tech.samples < 1:
             fail(f"{where}.samples", f"must be at least 1, not {tech.samples}")
+        if tech.stream < 0:
+            fail(f"{where}.stream", f"must be at least 0 (0: the default), not {tech.stream}")
         if isinstance(tech, DtmTechnique):
             if tech.simulated_joins < 1:
                 fail(f"{where}.simulated_joins", "must be at least 1")

@@ -94,6 +94,9 @@ def test_the_same_spec_and_seed_give_the_same_figures(tree_file):
     a = predict(noisy, tech, [5])
     assert figures(predict(noisy, tech, [5])) == figures(a)
     assert figures(predict(noisy, tech, [6])) != figures(a)
+    # Another stream of random choices (join orders) on the same seed and matrix.
+    assert figures(predict(noisy, DtmTechnique(name="dtm", trees=2, stream=0), [5])) == figures(a)
+    assert figures(predict(noisy, DtmTechnique(name="dtm", trees=2, stream=1), [5])) != figures(a)
 
 
 def test_a_forest_predicts_a_lower_quantile_of_its_trees(tree_file):
@@ -160,6 +163,14 @@ def test_a_fit_forest_takes_each_pair_from_the_tree_that_fits_both_hosts_measure
         (
             'kind = "predict"\n[[techniques]]\nkind = "dtm"\ntree_choice = "best"',
             "tree_choice` (expected one of 'fit', 'quantile')",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "vivaldi"\nrounds = "n3"',
+            "rounds` (expected one of 'n2', 'nlogn', or a number)",
+        ),
+        (
+            'kind = "predict"\n[[techniques]]\nkind = "dtm"\nstream = -1',
+            "techniques.0 (dtm).stream: must be at least 0",
         ),
         (
             'kind = "predict"\n[[techniques]]\nkind = "gnp"\nlandmarks = 3',
