@@ -314,14 +314,14 @@ def predict_dtm(
 ) -> tuple[np.ndarray, np.ndarray]:
     """DTM's predicted matrix for `rtt` (measured with `noise`), and the samples each host sent."""
     oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
-    rng = random.Random(_stream("dtm", seed, tech.stream))
-    predicted = _dtm(len(rtt), oracle, rng, tech)
+    predicted = _dtm(len(rtt), oracle, _choices(tech, seed), tech)
     return predicted, oracle.probes
 
 
-def _stream(kind: str, seed: int, stream: int) -> str:
+def _choices(tech: Technique, seed: int) -> random.Random:
     """The technique's random choices for a seed: stream 0 is the one specs always had."""
-    return f"{kind}/{seed}" if not stream else f"{kind}/{seed}/stream{stream}"
+    name = f"{type(tech).__struct_config__.tag}/{seed}"
+    return random.Random(f"{name}/stream{tech.stream}" if tech.stream else name)
 
 
 def run_technique(
@@ -337,8 +337,7 @@ def run_technique(
     unordered pairs (float32), the samples each host sent, Table 5.6's rates."""
 
     n = len(rtt)
-    kind = type(tech).__struct_config__.tag
-    rng = random.Random(_stream(kind, seed, tech.stream))
+    rng = _choices(tech, seed)
     if oracle is None:
         oracle = Oracle(rtt, noise, tech.samples, tech.filter, random.Random(f"noise/{seed}"))
     started = time.process_time()
