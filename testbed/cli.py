@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from testbed._progress import BringupProgress, console, err_console
 from testbed.errors import InputError, TestbedError
+from testbed.progress import BringupProgress, console, err_console
 
 __all__ = ["main"]
 
@@ -177,7 +177,7 @@ def up(
     no_cli: bool,
 ) -> None:
     """Bring the network up and open Mininet's CLI on it (try: h1 ping -c3 h2)."""
-    from testbed.emu import open_wan
+    from testbed.net import open_wan
 
     with open_wan(
         topology,
@@ -260,7 +260,7 @@ def exec_(
     IPs, comma-separated), {n}, {index}, {node}, {run}. Put -- before it.
     Each host's output lands in the run folder: hosts/<host>/exec.out|err.
     """
-    from testbed.emu import open_wan
+    from testbed.net import open_wan
 
     argv = list(command)
     with open_wan(
@@ -375,9 +375,9 @@ def bench_delay(
     clamp = not no_clamp
     from rich.progress import Progress
 
-    from testbed.bench import delay_fidelity
-    from testbed.emu import open_wan
+    from testbed.net import open_wan
     from testbed.runs import write_json
+    from testbed.tools.bench import delay_fidelity
 
     host_arg = _hosts_option(hosts) or 32
     with open_wan(
@@ -503,7 +503,7 @@ def bench_probes(
     as_json: bool,
 ) -> None:
     """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
-    from testbed.predict import probe_cost
+    from testbed.experiments.predict import probe_cost
     from testbed.spec import DtmTechnique
 
     options = {"jump": jump, "leaf_hosts": leaf_hosts, "snap": snap, "leaf_sample": leaf_sample}
@@ -556,8 +556,8 @@ def bench_probes(
 @_handled
 def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) -> None:
     """Bring N hosts up and down once; report times and leftovers."""
-    from testbed.bench import bringup_cost
     from testbed.runs import write_json
+    from testbed.tools.bench import bringup_cost
 
     result = bringup_cost(topology, hosts, run_dir=out, progress=BringupProgress())
     write_json(Path(result["run_dir"]) / "summary.json", result)
@@ -616,8 +616,8 @@ def bench_mpi(
     """The same MPI-like job on a proper cluster (every pair within D) and on a
     set that violates D (half its ranks in another cluster): wall times and the
     slowdown. Real processes over TCP on the emulated WAN (root)."""
-    from testbed.mpi import latency_penalty
     from testbed.runs import write_json
+    from testbed.tools.mpi import latency_penalty
 
     with err_console.status(f"{ranks}-rank job, {rounds} rounds, twice x {repeat}"):
         result = latency_penalty(
@@ -768,7 +768,7 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
     """Check a churn script and print the schedule it compiles to (nothing runs)."""
     import msgspec
 
-    from testbed.experiment import churn_schedule, select_topology
+    from testbed.experiments.overlay import churn_schedule, select_topology
     from testbed.spec import ChurnSpec, load_spec
 
     defaults = {"topology": {"ref": "planetlab", "hosts": 64, "pick": "first"}}
@@ -825,7 +825,7 @@ def campaign(
 ) -> None:
     """Run a spec under each of its [campaign] churn scripts x seeds; one table of
     what broke (invariant violations after each quiet period) and how fast it repaired."""
-    from testbed.campaign import run_campaign
+    from testbed.experiments.campaign import run_campaign
     from testbed.spec import load_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
@@ -904,7 +904,7 @@ def campaign(
 def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
     """Run an experiment spec (an overlay experiment, or kind = "predict",
     "cluster" or "sched"); prints the run folder as its last line."""
-    from testbed.experiment import run_experiment
+    from testbed.experiments.overlay import run_experiment
     from testbed.spec import ClusterSpec, PredictSpec, SchedSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
@@ -997,7 +997,7 @@ def _print_jobs(summary: dict[str, Any]) -> None:
 
 def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
     """Run a cluster spec with a status line; print its table; return the run folder."""
-    from testbed.clusters import run_clusters
+    from testbed.experiments.clusters import run_clusters
 
     with err_console.status(f"{spec.name}") as status:
         run_dir, summary = run_clusters(
@@ -1041,7 +1041,7 @@ def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
 
 
 def _run_sched(spec: Any, data: dict, out: Path | None) -> Path:
-    from testbed.sched import run_sched
+    from testbed.experiments.sched import run_sched
 
     with err_console.status(f"scheduling {spec.name}") as status:
         run_dir, summary = run_sched(spec, data, out=out, progress=status.update)
@@ -1083,7 +1083,7 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
     """Run a prediction spec with a progress bar; print its table; return the run folder."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from testbed.predict import run_prediction
+    from testbed.experiments.predict import run_prediction
 
     seeds = spec.seed_list()
     with Progress(
@@ -1201,9 +1201,9 @@ def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path
 @_handled
 def fuzz(count: int, seed: int, grid_key: str | None, out: Path | None, as_json: bool) -> None:
     """Send random and mutated datagrams to a live peer; check it survives and counts them all."""
-    from testbed._progress import progress_bar
-    from testbed.fuzz import fuzz_local_peer
+    from testbed.progress import progress_bar
     from testbed.runs import new_run_dir, write_json
+    from testbed.tools.fuzz import fuzz_local_peer
 
     try:
         key = bytes.fromhex(grid_key) if grid_key else None
@@ -1245,7 +1245,7 @@ def fuzz(count: int, seed: int, grid_key: str | None, out: Path | None, as_json:
 @_handled
 def clean(force: bool, run_id: str | None, as_json: bool) -> None:
     """Remove the namespaces, links, rules and processes of runs that were killed."""
-    from testbed.emu._clean import clean as do_clean
+    from testbed.net import clean as do_clean
 
     report = do_clean(force=force, run_id=run_id)
     if as_json:
@@ -1376,7 +1376,7 @@ def topology_generate(kind: str, seed: int, inter: str, clusters: str | None, ou
 @_handled
 def demo(hosts: int, out: Path | None) -> None:
     """32 PlanetLab hosts: fidelity check, a partition and heal, and a report."""
-    from testbed.demo import run_demo
+    from testbed.tools.demo import run_demo
 
     run_demo(hosts=hosts, out=out)
 

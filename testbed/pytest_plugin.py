@@ -15,7 +15,7 @@ can use them::
         small = wan_factory("planetlab:2", hosts=4)
         ...
 
-``wan`` takes the arguments of :func:`testbed.emu.open_wan` from the ``wan``
+``wan`` takes the arguments of :func:`testbed.net.open_wan` from the ``wan``
 mark (default: ``planetlab``, 8 hosts, clamp=True). Every network is torn down
 after the test, also when it fails. Runs go under the test's ``tmp_path``;
 ``--testbed-runs DIR`` keeps them in DIR instead.
@@ -73,7 +73,7 @@ def require_netns() -> None:
 def wan_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """A function that opens WANs (same arguments as open_wan); all are closed after the test."""
     require_netns()
-    from testbed.emu import open_wan
+    from testbed.net import open_wan
 
     opened = []
     runs_option = request.config.getoption("--testbed-runs")

@@ -478,7 +478,7 @@ Technique = DtmTechnique | GnpTechnique | VivaldiTechnique
 
 
 class NoiseSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """The simulator's measurement error (testbed.predict.Noise)."""
+    """The simulator's measurement error (testbed.experiments.predict.Noise)."""
 
     sigma: float = 0.0  # relative Gaussian error of every sample
     spike: float = 0.0  # probability that a sample hits a busy host or path ...

@@ -32,8 +32,8 @@ def _nothing_left_behind() -> object:
     if os.geteuid() != 0:
         yield
         return
-    from testbed.emu._clean import clean, netns_of_run
-    from testbed.emu._registry import list_runs
+    from testbed.net._clean import clean, netns_of_run
+    from testbed.net._registry import list_runs
 
     before = set(netns_of_run())
     yield

@@ -2,10 +2,14 @@
 (docs/churn.md)."""
 
 from testbed.churn._compile import Event, Schedule, Universe, compile_churn
+from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.churn._parse import Statement, parse_churn, read_churn
 from testbed.churn._trace import read_trace, trace_schedule
 
 __all__ = [
+    "ChurnEngine",
+    "Executor",
+    "Quiet",
     "Event",
     "Schedule",
     "Statement",

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from testbed.emu._netns import entered_netns
-from testbed.emu._probe import IcmpProber
+from testbed.net._netns import entered_netns
+from testbed.net._probe import IcmpProber
 
 SO_TIMESTAMPNS = 35
 

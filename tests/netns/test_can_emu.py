@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from testbed.emu._clean import netns_of_run
-from testbed.experiment import run_experiment
+from testbed.experiments.overlay import run_experiment
+from testbed.net._clean import netns_of_run
 from testbed.spec import load_spec
 
 SPEC = {
@@ -75,7 +75,7 @@ def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path):
         ],
         defaults=SPEC,
     )
-    from testbed.emu._peers import EmuEngine
+    from testbed.engines.emu import EmuEngine
 
     class Failing(EmuEngine):
         def crash(self, host):

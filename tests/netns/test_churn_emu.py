@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.experiment import run_experiment
+from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
 from tests.netns.test_can_emu import SPEC as CAN_SPEC
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.experiment import run_experiment
+from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
 
 # A SHARCNET-style grid of 20 hosts: a GigE cluster of 8 (8-12 ms inside) and

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.bench import bringup_cost
-from testbed.emu import clean, open_wan
-from testbed.emu._clean import netns_of_run
-from testbed.emu._netns import list_netns
-from testbed.emu._registry import list_runs
 from testbed.errors import EmulationError, FloorError, TopologyError
+from testbed.net import clean, open_wan
+from testbed.net._clean import netns_of_run
+from testbed.net._netns import list_netns
+from testbed.net._registry import list_runs
+from testbed.tools.bench import bringup_cost
 
 CLI = [sys.executable, "-m", "testbed.cli"]
 

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from testbed.emu._clean import netns_of_run
-from testbed.mpi import latency_penalty
+from testbed.net._clean import netns_of_run
+from testbed.tools.mpi import latency_penalty
 from testbed.topology import load_topology
 
 TOPOLOGY = str(Path(__file__).parents[2] / "topologies" / "sharcnet-emu.toml")

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from testbed.emu._clean import netns_of_run
-from testbed.predict import run_prediction
+from testbed.experiments.predict import run_prediction
+from testbed.net._clean import netns_of_run
 from testbed.spec import load_any_spec
 
 from ._measure import bound_ms

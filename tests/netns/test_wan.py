@@ -10,9 +10,9 @@ import statistics
 import numpy as np
 import pytest
 
-from testbed.bench import partition_effect
-from testbed.emu import open_wan
 from testbed.errors import ControlError, InputError
+from testbed.net import open_wan
+from testbed.tools.bench import partition_effect
 
 from ._measure import assert_rtt_near, bound_ms, one_way_ms, rtts_ms, settles_near
 

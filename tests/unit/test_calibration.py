@@ -1,9 +1,9 @@
-# When calibration rounds are quiet enough (testbed.emu._wan): a burst of
+# When calibration rounds are quiet enough (testbed.net._wan): a burst of
 # scheduling noise must not become the engine's floor.
 
 from __future__ import annotations
 
-from testbed.emu._wan import _quiet
+from testbed.net._wan import _quiet
 
 # zero-delay RTTs in seconds, as measured here on a quiet machine: p50 0.14 ms, p90 0.2 ms
 QUIET = [0.00012, 0.00013, 0.00014, 0.00014, 0.00015, 0.00016, 0.00018, 0.00019, 0.0002, 0.0003]

@@ -17,7 +17,7 @@ from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
-from testbed.experiment import churn_schedule, run_experiment, select_topology
+from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 from testbed.spec import ChurnSpec, load_spec

@@ -8,7 +8,7 @@ import pytest
 
 from node.cluster import static_clustering
 from testbed.analysis.slowdown import bounded_slowdown, slowdown_stats
-from testbed.sim.central import central_fcfs
+from testbed.models.central import central_fcfs
 from testbed.workload import compress, parse_swf, read_swf, select, shortest_slice
 
 LINE = "{job} {submit} -1 {run} {procs} -1 -1 {procs} -1 -1 1 1 1 1 1 -1 -1 -1"

@@ -13,11 +13,11 @@ import pytest
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
-from testbed.campaign import _row, run_campaign
 from testbed.churn import Universe, compile_churn, parse_churn
 from testbed.churn._execute import Executor, Quiet
 from testbed.errors import InputError
-from testbed.experiment import run_experiment
+from testbed.experiments.campaign import _row, run_campaign
+from testbed.experiments.overlay import run_experiment
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 from testbed.spec import load_spec

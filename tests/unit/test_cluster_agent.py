@@ -153,7 +153,7 @@ def test_a_clustering_peer_survives_hostile_cluster_messages():
     # head and members, in the middle of a round: never an exception; what
     # breaks a rule is counted as invalid; the clusters stay accurate.
     from node.wire import Codec
-    from testbed.fuzz import random_message
+    from testbed.tools.fuzz import random_message
 
     rtt = grid(12, 1)
     sim = simulate(rtt, size=12, memberships=12)

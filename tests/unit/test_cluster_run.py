@@ -12,7 +12,7 @@ import pytest
 
 from testbed.analysis.cluster_oracle import check_clusters
 from testbed.errors import InputError
-from testbed.experiment import run_experiment
+from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
 from tests.unit.test_can_sim import SMALL
 

@@ -15,7 +15,7 @@ from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.simplex import minimize
 from node.coord.vivaldi import Coordinate, Vivaldi, VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, relative_errors
-from testbed.predict import Noise, Oracle, predict
+from testbed.experiments.predict import Noise, Oracle, predict
 
 
 def euclidean(n: int, dims: int, seed: int) -> list[list[float]]:

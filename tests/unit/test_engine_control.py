@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from testbed.emu.engine import write_delay_file
-from testbed.emu.engine._server import DelayEngine, EngineConfig
+from testbed.net.delay import write_delay_file
+from testbed.net.delay._server import DelayEngine, EngineConfig
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from testbed.emu.engine._core import DelayCore
-from testbed.emu.engine._nfqueue import NF_ACCEPT, NF_DROP
 from testbed.linkmodel import LinkModel
+from testbed.net.delay._core import DelayCore
+from testbed.net.delay._nfqueue import NF_ACCEPT, NF_DROP
 
 BASE = 0x0A000000  # 10.0.0.0: host index k is 10.0.0.(k+1)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.fuzz import KINDS, datagrams, fuzz_local_peer
+from testbed.tools.fuzz import KINDS, datagrams, fuzz_local_peer
 
 SPACE = [(0.0, 500.0), (0.0, 65536.0), (0.0, 1.0)]
 

@@ -7,7 +7,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.emu.engine import _nfqueue as nfq
+from testbed.net.delay import _nfqueue as nfq
 
 
 def ipv4_header(src: str, dst: str, total_length: int = 84) -> bytes:

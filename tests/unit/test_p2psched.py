@@ -1,5 +1,5 @@
 # The decentralised scheduler of seed 002 chapter 4 in the simulator
-# (testbed/sim/p2psched.py): its CAN, and the invariants every schedule keeps
+# (testbed/models/p2psched.py): its CAN, and the invariants every schedule keeps
 # (each job once, one task per node at a time, within one advertised cluster),
 # the deadlock rule, over-provisioning and the balancers' effect.
 
@@ -12,7 +12,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from testbed.sim.p2psched import Can, Policy, _key, _Rep, _Run, decentralised
+from testbed.models.p2psched import Can, Policy, _key, _Rep, _Run, decentralised
 from testbed.workload import Job, Workload
 
 

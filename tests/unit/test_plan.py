@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.emu._plan import NETNS_PREFIX_RE, plan_network
 from testbed.errors import EmulationError
+from testbed.net._plan import NETNS_PREFIX_RE, plan_network
 
 
 def test_names_addresses_and_macs_derive_from_the_index():

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from testbed.cli import cli
 from testbed.errors import InputError
-from testbed.predict import _fittest, predict, run_prediction
+from testbed.experiments.predict import _fittest, predict, run_prediction
 from testbed.spec import DtmTechnique, PredictSpec, load_any_spec, load_spec
 from tests.unit.test_coord import euclidean, tree_metric
 

@@ -5,7 +5,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.emu._probe import echo_request, icmp_checksum, parse_reply_untrusted
+from testbed.net._probe import echo_request, icmp_checksum, parse_reply_untrusted
 
 
 def test_checksum_of_a_known_header():

@@ -14,8 +14,8 @@ import pytest
 
 from node.cluster.refine import candidate_clusters, limit_membership, max_clique_with, refine
 from testbed.analysis.clusters import cluster_quality
-from testbed.clusters import run_clusters
 from testbed.errors import InputError
+from testbed.experiments.clusters import run_clusters
 from testbed.spec import load_any_spec
 from testbed.topology import load_topology, sharcnet_grid
 

@@ -16,8 +16,8 @@ import pytest
 from node.config import ConfigError, config_from_dict, config_to_dict, load_config
 from node.control import ControlError, request
 from testbed.analysis.can_oracle import check_can
-from testbed.experiment import build_node_config
-from testbed.local import LocalPeer
+from testbed.engines.local import LocalPeer
+from testbed.engines.peers import build_node_config
 from testbed.spec import NodeSpec, RunClustersSpec
 
 FAST = NodeSpec(

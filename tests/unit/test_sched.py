@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import InputError
-from testbed.sched import run_sched
+from testbed.experiments.sched import run_sched
 from testbed.spec import load_any_spec
 
 ROOT = Path(__file__).parents[2]

@@ -7,7 +7,7 @@
 #
 # Units on the wire: host indices 0..n-1, one-way delays in seconds, rates as
 # probabilities. Friendlier units (host names, RTT in ms) live in the Python
-# API above this (testbed.emu.Wan).
+# API above this (testbed.net.Wan).
 #
 # This module is shared by the engine (server) and its clients; it imports
 # nothing heavy so that the engine process stays small.

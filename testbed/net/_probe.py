@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from testbed.emu._netns import entered_netns
+from testbed.net._netns import entered_netns
 
 __all__ = ["IcmpProber", "ProbeResult", "icmp_checksum"]
 

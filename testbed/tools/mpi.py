@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.emu._wan import Wan, open_wan
 from testbed.errors import EmulationError, InputError
+from testbed.net import Wan, open_wan
 from testbed.topology import Topology, load_topology
 
 __all__ = ["latency_penalty", "run_job"]

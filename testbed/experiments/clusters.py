@@ -29,10 +29,10 @@ from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
 from testbed.analysis.clusters import cluster_quality
 from testbed.analysis.stats import quantiles
-from testbed.emu._plan import new_run_id, plan_network
 from testbed.errors import InputError
+from testbed.experiments.predict import Noise, predict_dtm
 from testbed.linkmodel import LinkModel
-from testbed.predict import Noise, predict_dtm
+from testbed.net import new_run_id, plan_network
 from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.sim import Simulator
 from testbed.spec import ClusterSpec, TopologySpec

@@ -393,7 +393,7 @@ class JobsRun:
         from node.can.geometry import Dimension, Space
         from node.cluster import static_clustering
         from testbed.errors import InputError
-        from testbed.sched import prepare_workload
+        from testbed.experiments.sched import prepare_workload
 
         jobs = spec.jobs
         self.spec = jobs
@@ -480,8 +480,8 @@ class JobsRun:
         """Writes jobs.jsonl and slowdown.png; returns the summary's parts."""
         import json
 
-        from testbed.sched import plot_slowdown
-        from testbed.sim.central import central_fcfs
+        from testbed.experiments.sched import plot_slowdown
+        from testbed.models.central import central_fcfs
 
         rows = self.client.results()
         with open(self.run_dir / "jobs.jsonl", "w", encoding="utf-8") as out:

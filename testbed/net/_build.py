@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from pyroute2 import IPRoute
 
-from testbed.emu._netns import NETNS_DIR, create_netns, entered_netns, nsenter_argv, write_sysctl
-from testbed.emu._plan import NetworkPlan
 from testbed.errors import EmulationError
+from testbed.net._netns import NETNS_DIR, create_netns, entered_netns, nsenter_argv, write_sysctl
+from testbed.net._plan import NetworkPlan
 
 __all__ = ["build_network", "install_queue_rule"]
 

@@ -66,7 +66,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from testbed.sim.central import Placement
+from testbed.models.central import Placement
 from testbed.workload import Job, Workload
 
 __all__ = ["Can", "Outcome", "Policy", "decentralised"]

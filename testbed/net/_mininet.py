@@ -18,8 +18,8 @@ from mininet.link import Intf
 from mininet.net import Mininet
 from mininet.node import Host
 
-from testbed.emu._netns import nsenter_argv
-from testbed.emu._plan import NetworkPlan
+from testbed.net._netns import nsenter_argv
+from testbed.net._plan import NetworkPlan
 
 __all__ = ["NamespaceHost", "build_mininet"]
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.emu._probe import IcmpProber
-from testbed.emu._wan import Wan, open_wan
+from testbed.net import IcmpProber, Wan, open_wan
 
 __all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
 

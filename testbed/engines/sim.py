@@ -12,9 +12,9 @@ from node.can.overlay import Status
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.emu._plan import new_run_id, plan_network
 from testbed.linkmodel import LinkModel
-from testbed.sim._engine import Simulator
+from testbed.net import new_run_id, plan_network
+from testbed.sim import Simulator
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
 
@@ -128,7 +128,7 @@ class SimEngine:
         if host in self.sim.peers:
             self.sim.set_cluster_candidates(host, candidates)
 
-    # -- jobs (testbed/jobs.py) ------------------------------------------------------------------------
+    # -- jobs (testbed/experiments/jobs.py) ------------------------------------------------------------------------
 
     def set_sched_cluster(self, host: int, members: list[int]) -> None:
         if host in self.sim.peers:

@@ -25,10 +25,10 @@ from typing import Any
 
 import msgspec
 
-from testbed._pool import worker_signals
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
-from testbed.experiment import churn_schedule, run_experiment, select_topology
+from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
+from testbed.pool import worker_signals
 from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.spec import ChurnSpec, ExperimentSpec
 

@@ -12,10 +12,10 @@ from typing import Any
 from rich.progress import Progress
 from rich.table import Table
 
-from testbed._progress import BringupProgress, console, err_console
-from testbed.bench import delay_fidelity, partition_effect
-from testbed.emu import open_wan
+from testbed.net import open_wan
+from testbed.progress import BringupProgress, console, err_console
 from testbed.runs import write_json
+from testbed.tools.bench import delay_fidelity, partition_effect
 
 __all__ = ["run_demo"]
 

@@ -28,27 +28,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import tomli_w
 
-from node.can.geometry import Dimension, Space, abutment
-from node.can.overlay import CanConfig
-from node.cluster.agent import ClusterConfig
+from node.can.geometry import abutment
 from node.cluster.refine import gather
 from node.peer import NodeConfig
-from node.sched.agent import SchedConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.analysis.cluster_oracle import check_clusters
 from testbed.analysis.clusters import cluster_quality
 from testbed.analysis.stats import quantiles
-from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
-from testbed.churn._execute import ChurnEngine, Executor, Quiet
+from testbed.churn import Executor, Quiet, Schedule, Universe, compile_churn, read_churn, read_trace
+from testbed.engines import Engine
+from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import InputError
-from testbed.jobs import Feeding, JobsRun
+from testbed.experiments.jobs import Feeding, JobsRun
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
-from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec, RunClustersSpec
+from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import (
     PLANETLAB_FRAMES,
     Topology,
@@ -57,81 +55,7 @@ from testbed.topology import (
     sharcnet_grid,
 )
 
-__all__ = ["Engine", "build_node_config", "draw_point", "run_experiment"]
-
-
-class Engine(ChurnEngine, Protocol):
-    """What the runner needs from an engine (simulator or emulator); the churn
-    language's verbs (freeze, partition, set_matrix, ...) come from ChurnEngine."""
-
-    now: float
-
-    def start(self, host: int, point: tuple[float, ...]) -> None: ...
-    def join(self, host: int, bootstraps: list[int]) -> None: ...
-    def dumps(self) -> list[dict[str, Any]]: ...
-    def hosts_of(self, ids: set[int]) -> dict[int, int]: ...  # overlay ids -> hosts (known ones)
-    def address_of(self, host: int) -> tuple[str, int]: ...
-    def set_cluster_candidates(self, host: int, candidates: list[int]) -> None: ...
-    def members(self) -> list[int]: ...
-    def finish(self) -> dict[str, Any]: ...
-    def close(self) -> None: ...
-
-
-def build_node_config(
-    node: NodeSpec,
-    clusters: RunClustersSpec | None = None,
-    *,
-    space: Space | None = None,
-    sched: SchedConfig | None = None,
-) -> NodeConfig:
-    """The peers' configuration; `space` replaces the CAN space the node spec
-    describes (a jobs run's resource coordinates), `sched` adds the scheduler."""
-    if space is None:
-        space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
-    can = CanConfig(
-        space,
-        update_interval_s=node.update_interval_s,
-        suspect_after_s=node.suspect_after_s,
-        probe_timeout_s=node.probe_timeout_s,
-        propose_timeout_s=node.propose_timeout_s,
-        join_timeout_s=node.join_timeout_s,
-        retry_max_s=node.retry_max_s,
-        busy_timeout_s=max(8.0, 4 * node.update_interval_s),
-        forget_after_s=5 * node.update_interval_s,
-        propose_scope=node.propose_scope,
-    )
-    cluster = None
-    if clusters is not None:
-        cluster = ClusterConfig(
-            diameter_ms=clusters.diameter_ms,
-            size=clusters.size,
-            memberships=clusters.memberships or clusters.size,
-            criterion=clusters.criterion,
-            stable_s=clusters.stable_s,
-            wait_s=clusters.wait_s,
-            heartbeat_s=clusters.heartbeat_s,
-            dead_after_s=clusters.dead_after_s,
-            report_timeout_s=clusters.report_timeout_s,
-            samples=clusters.samples,
-            verify_s=clusters.verify_s,
-            fresh_s=min(60.0, clusters.verify_s / 2) if clusters.verify_s > 0 else 60.0,
-        )
-    key = bytes.fromhex(node.grid_key) if node.grid_key else None
-    return NodeConfig(can, key, cluster=cluster, sched=sched)
-
-
-def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
-    """A peer's capabilities, plus a random virtual coordinate (seed 000 §3.1.1)."""
-    point = []
-    for d in node.dimensions:
-        if d.virtual:
-            point.append(rng.uniform(d.lo, d.hi))
-        elif d.values is not None:
-            point.append(float(d.values[rng.randrange(len(d.values))]))
-        else:
-            assert d.uniform is not None
-            point.append(rng.uniform(*d.uniform))
-    return tuple(point)
+__all__ = ["run_experiment"]
 
 
 @dataclass
@@ -199,11 +123,11 @@ def run_experiment(
     (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
     if make_engine is None:
         if spec.engine == "sim":
-            from testbed.sim._driver import SimEngine
+            from testbed.engines.sim import SimEngine
 
             make_engine = SimEngine
         else:
-            from testbed.emu._peers import EmuEngine
+            from testbed.engines.emu import EmuEngine
 
             make_engine = EmuEngine
     engine = make_engine(spec, topology, config, run_dir)
@@ -541,7 +465,10 @@ class _Offers:
     refinement is what runs on the network)."""
 
     def __init__(self, spec: ExperimentSpec, topology: Topology, engine: Engine) -> None:
-        from testbed.predict import Noise, predict_dtm  # numpy-heavy, only for cluster runs
+        from testbed.experiments.predict import (  # numpy-heavy, only for cluster runs
+            Noise,
+            predict_dtm,
+        )
         from testbed.spec import DtmTechnique
 
         assert spec.clusters is not None

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from testbed.emu._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
-from testbed.emu._plan import NETNS_PREFIX_RE
-from testbed.emu._registry import list_runs
+from testbed.net._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
+from testbed.net._plan import NETNS_PREFIX_RE
+from testbed.net._registry import list_runs
 
 __all__ = ["CleanReport", "RootSnapshot", "clean", "netns_of_run"]
 

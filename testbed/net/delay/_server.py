@@ -37,11 +37,11 @@ from typing import Any
 
 import msgspec
 
-from testbed.emu.engine._core import DelayCore
-from testbed.emu.engine._nfqueue import NF_DROP, NfQueue, parse_packet_untrusted
-from testbed.emu.engine._protocol import MAX_LINE_BYTES, read_delay_file
 from testbed.errors import ControlError
 from testbed.linkmodel import MAX_ONE_WAY_S, Jitter, LinkModel
+from testbed.net.delay._core import DelayCore
+from testbed.net.delay._nfqueue import NF_DROP, NfQueue, parse_packet_untrusted
+from testbed.net.delay._protocol import MAX_LINE_BYTES, read_delay_file
 
 __all__ = ["DelayEngine", "EngineConfig", "main"]
 
@@ -589,10 +589,10 @@ def _kernel_queue_stats(queue: int) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: python -m testbed.emu.engine CONFIG.json [--ready-fd FD]."""
+    """Entry point: python -m testbed.net.delay CONFIG.json [--ready-fd FD]."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python -m testbed.emu.engine CONFIG.json [--ready-fd FD]", file=sys.stderr)
+        print("usage: python -m testbed.net.delay CONFIG.json [--ready-fd FD]", file=sys.stderr)
         return 2
     ready_fd = None
     if len(argv) == 3 and argv[1] == "--ready-fd":

@@ -32,14 +32,14 @@ from typing import Any, Self
 
 import numpy as np
 
-from testbed.emu._build import build_network, install_queue_rule
-from testbed.emu._clean import RootSnapshot, leftovers, remove_run
-from testbed.emu._netns import nsenter_argv
-from testbed.emu._plan import NetworkPlan, new_run_id, plan_network
-from testbed.emu._probe import IcmpProber
-from testbed.emu._registry import RunRecord
-from testbed.emu.engine import EngineClient, write_delay_file
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
+from testbed.net._build import build_network, install_queue_rule
+from testbed.net._clean import RootSnapshot, leftovers, remove_run
+from testbed.net._netns import nsenter_argv
+from testbed.net._plan import NetworkPlan, new_run_id, plan_network
+from testbed.net._probe import IcmpProber
+from testbed.net._registry import RunRecord
+from testbed.net.delay import EngineClient, write_delay_file
 from testbed.runs import JsonLog, new_run_dir, write_json
 from testbed.topology import Topology, load_topology, write_matrix
 
@@ -251,7 +251,7 @@ class Wan:
             pid=self._engine_proc.pid,
         )
         if mininet:
-            from testbed.emu._mininet import build_mininet
+            from testbed.net._mininet import build_mininet
 
             if progress:
                 progress.phase("shells")
@@ -298,7 +298,7 @@ class Wan:
             *nsenter_argv(self.plan.core_netns),
             sys.executable,
             "-m",
-            "testbed.emu.engine",
+            "testbed.net.delay",
             str(config_path),
             "--ready-fd",
             str(ready_w),
@@ -844,7 +844,7 @@ class Wan:
                     self._engine_proc.kill()
                     self._engine_proc.wait()
             if self._shells:
-                from testbed.emu._mininet import stop_shells
+                from testbed.net._mininet import stop_shells
 
                 stop_shells(self._shells)
             pids, alive, _removed = remove_run(self.plan.netns_names, self._record.pids)

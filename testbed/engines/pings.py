@@ -24,10 +24,12 @@ import numpy as np
 
 from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
-from testbed.emu._peers import START_TIMEOUT_S, peer_argv
-from testbed.emu._wan import open_wan
+from testbed.engines.emu import START_TIMEOUT_S, peer_argv
+from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import EmulationError
+from testbed.net import open_wan
 from testbed.runs import write_json
+from testbed.spec import NodeSpec
 from testbed.topology import Topology
 
 __all__ = ["PingTable", "ping_all_pairs"]
@@ -85,9 +87,6 @@ def ping_all_pairs(
     `concurrency` peers measuring at a time), tear down. `on_host(done)`
     reports progress. Lost pings are counted; a pair none of whose pings came
     back either way is an error (its host is unreachable)."""
-    from testbed.experiment import build_node_config, draw_point  # not at import: a cycle
-    from testbed.spec import NodeSpec
-
     node = NodeSpec()
     config = build_node_config(node)
     config = dataclasses.replace(

@@ -27,8 +27,8 @@ from node.coord.dtm import Dtm, DtmConfig
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
-from testbed._pool import worker_signals
 from testbed.analysis.prediction import boundary_errors, error_percentiles, pair_errors
+from testbed.pool import worker_signals
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import (
     DtmTechnique,
@@ -426,7 +426,7 @@ def _emulated(
 ) -> Iterator[dict[str, Any]]:
     """Ping on the emulator, then yield each technique and seed on those pings;
     the same run on the configured matrix goes to `sim`, the pings' figures to `emu`."""
-    from testbed.emu._pings import ping_all_pairs
+    from testbed.engines.pings import ping_all_pairs
 
     topology = _topology(spec.topology, seeds[0], seeds[0])
     n = len(topology.rtt_ms)
@@ -519,7 +519,7 @@ def run_prediction(
     interrupted run keeps what finished (status "interrupted").
 
     On the emulator (engine "emu") every peer first pings every other for real
-    (testbed.emu._pings; `on_ping(hosts done, hosts)`), the techniques read
+    (testbed.engines.pings; `on_ping(hosts done, hosts)`), the techniques read
     those pings, and the same techniques and seeds run on the configured
     matrix as well: summary.json's `sim` and `emu_minus_sim`."""
     seeds = spec.seed_list()

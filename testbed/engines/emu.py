@@ -32,8 +32,8 @@ from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.emu._wan import HostProcess, open_wan
 from testbed.errors import EmulationError
+from testbed.net import HostProcess, open_wan
 from testbed.runs import write_json
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
@@ -184,7 +184,7 @@ class EmuEngine:
             with contextlib.suppress(ControlError):  # it exited meanwhile
                 self._ask(host, op, **fields)
 
-    # -- jobs (testbed/jobs.py) ------------------------------------------------------------------------
+    # -- jobs (testbed/experiments/jobs.py) ------------------------------------------------------------------------
 
     def submit(self, host: int, job: JobInfo) -> bool:
         """Submit a job at the peer on `host`; False if it is not there to take it."""

@@ -26,8 +26,8 @@ import itertools
 import random
 from array import array
 
-from testbed.emu.engine._nfqueue import NF_ACCEPT, NF_DROP
 from testbed.linkmodel import DROP_REASONS, LinkModel
+from testbed.net.delay._nfqueue import NF_ACCEPT, NF_DROP
 
 __all__ = ["DelayCore"]
 

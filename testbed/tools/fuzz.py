@@ -381,8 +381,8 @@ def fuzz_local_peer(
     whether the process was still running and exited cleanly afterwards.
     """
     from node.sched.agent import SchedConfig
-    from testbed.experiment import build_node_config
-    from testbed.local import LocalPeer
+    from testbed.engines.local import LocalPeer
+    from testbed.engines.peers import build_node_config
     from testbed.spec import NodeSpec
 
     config = build_node_config(NodeSpec(grid_key=grid_key.hex() if grid_key else None))

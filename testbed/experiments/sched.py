@@ -1,8 +1,8 @@
 # Running a scheduling spec (kind = "sched"): a job trace, prepared as the spec
 # says (docs/workloads.md), scheduled on each clustering of a grid, and judged
 # by bounded slowdown (seed 002 §4.3): the decentralised schedulers of chapter 4
-# (STATIC, QB, DLB, QB+DLB at each over-provisioning level; testbed/sim/p2psched.py)
-# beside the idealised central FCFS baseline of §4.3.2 (testbed/sim/central.py),
+# (STATIC, QB, DLB, QB+DLB at each over-provisioning level; testbed/models/p2psched.py)
+# beside the idealised central FCFS baseline of §4.3.2 (testbed/models/central.py),
 # with the thesis's figures where it gives them.
 #
 # Run folder: spec.toml, workload.swf (the prepared trace, its steps in the
@@ -27,12 +27,12 @@ from node.cluster import static_clustering
 from node.cluster.refine import refine
 from testbed.analysis.slowdown import bounded_slowdown, slowdown_stats
 from testbed.analysis.stats import quantiles
-from testbed.clusters import labelled_grid
 from testbed.errors import InputError
-from testbed.predict import Noise, predict_dtm
+from testbed.experiments.clusters import labelled_grid
+from testbed.experiments.predict import Noise, predict_dtm
+from testbed.models.central import Placement, central_fcfs
+from testbed.models.p2psched import Outcome, Policy, decentralised
 from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
-from testbed.sim.central import Placement, central_fcfs
-from testbed.sim.p2psched import Outcome, Policy, decentralised
 from testbed.spec import SchedSpec, WorkloadSpec
 from testbed.workload import (
     Workload,

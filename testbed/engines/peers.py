@@ -1,0 +1,88 @@
+# One peer configuration for both engines: the NodeConfig a spec describes, the point a peer
+# takes in the CAN space, and the seed of its random generator.
+#
+# Rule: a peer's random draws depend only on (run seed, host, incarnation), never on the engine
+# or on the order in which peers start; `peer_seed` is the one derivation.
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from node.can.geometry import Dimension, Space
+from node.can.overlay import CanConfig
+from node.cluster.agent import ClusterConfig
+from node.peer import NodeConfig
+from node.sched.agent import SchedConfig
+from testbed.spec import NodeSpec, RunClustersSpec
+
+__all__ = ["build_node_config", "draw_point", "peer_seed"]
+
+
+def peer_seed(seed: int, host: int, incarnation: int) -> int:
+    """The seed of the random generator of `host`'s `incarnation`-th peer in a run of `seed`.
+
+    It is the integer `random.Random` derives from the string "{seed}/peer/{host}/{incarnation}"
+    (version 2 seeding: the bytes followed by their SHA-512), so `Random(peer_seed(...))` draws
+    what the simulator has drawn since its first version, and an integer can cross a command
+    line to a peer process (`python -m node --seed`).
+    """
+    text = f"{seed}/peer/{host}/{incarnation}".encode()
+    return int.from_bytes(text + hashlib.sha512(text).digest(), "big")
+
+
+def build_node_config(
+    node: NodeSpec,
+    clusters: RunClustersSpec | None = None,
+    *,
+    space: Space | None = None,
+    sched: SchedConfig | None = None,
+) -> NodeConfig:
+    """The peers' configuration; `space` replaces the CAN space the node spec
+    describes (a jobs run's resource coordinates), `sched` adds the scheduler."""
+    if space is None:
+        space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
+    can = CanConfig(
+        space,
+        update_interval_s=node.update_interval_s,
+        suspect_after_s=node.suspect_after_s,
+        probe_timeout_s=node.probe_timeout_s,
+        propose_timeout_s=node.propose_timeout_s,
+        join_timeout_s=node.join_timeout_s,
+        retry_max_s=node.retry_max_s,
+        busy_timeout_s=max(8.0, 4 * node.update_interval_s),
+        forget_after_s=5 * node.update_interval_s,
+        propose_scope=node.propose_scope,
+    )
+    cluster = None
+    if clusters is not None:
+        cluster = ClusterConfig(
+            diameter_ms=clusters.diameter_ms,
+            size=clusters.size,
+            memberships=clusters.memberships or clusters.size,
+            criterion=clusters.criterion,
+            stable_s=clusters.stable_s,
+            wait_s=clusters.wait_s,
+            heartbeat_s=clusters.heartbeat_s,
+            dead_after_s=clusters.dead_after_s,
+            report_timeout_s=clusters.report_timeout_s,
+            samples=clusters.samples,
+            verify_s=clusters.verify_s,
+            fresh_s=min(60.0, clusters.verify_s / 2) if clusters.verify_s > 0 else 60.0,
+        )
+    key = bytes.fromhex(node.grid_key) if node.grid_key else None
+    return NodeConfig(can, key, cluster=cluster, sched=sched)
+
+
+def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
+    """A peer's capabilities, plus a random virtual coordinate (seed 000 §3.1.1)."""
+    point = []
+    for d in node.dimensions:
+        if d.virtual:
+            point.append(rng.uniform(d.lo, d.hi))
+        elif d.values is not None:
+            point.append(float(d.values[rng.randrange(len(d.values))]))
+        else:
+            assert d.uniform is not None
+            point.append(rng.uniform(*d.uniform))
+    return tuple(point)

@@ -1,0 +1,71 @@
+"""The emulator: hosts in network namespaces on a WAN core that delays every
+packet by its pair's latency.
+
+Public API::
+
+    with open_wan("planetlab", hosts=32) as wan:
+        wan.exec("ping -c3 {peers}")          # on every host, logs in the run folder
+        wan.partition(["h1", "h2"], ["h3"])   # runtime control
+        wan.heal()
+        wan.cli()                             # Mininet's CLI
+
+Names are imported lazily, so that ``python -m testbed.net.delay`` (the delay
+engine process) does not load Mininet, pyroute2 or numpy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Calibration",
+    "EmuHost",
+    "EngineClient",
+    "ExecResult",
+    "HostProcess",
+    "IcmpProber",
+    "NetworkPlan",
+    "Wan",
+    "clean",
+    "new_run_id",
+    "open_wan",
+    "plan_network",
+]
+
+if TYPE_CHECKING:
+    from testbed.net._clean import clean as clean
+    from testbed.net._plan import NetworkPlan as NetworkPlan
+    from testbed.net._plan import new_run_id as new_run_id
+    from testbed.net._plan import plan_network as plan_network
+    from testbed.net._probe import IcmpProber as IcmpProber
+    from testbed.net._wan import Calibration as Calibration
+    from testbed.net._wan import EmuHost as EmuHost
+    from testbed.net._wan import ExecResult as ExecResult
+    from testbed.net._wan import HostProcess as HostProcess
+    from testbed.net._wan import Wan as Wan
+    from testbed.net._wan import open_wan as open_wan
+    from testbed.net.delay import EngineClient as EngineClient
+
+_LAZY = {
+    "Calibration": "testbed.net._wan",
+    "EmuHost": "testbed.net._wan",
+    "ExecResult": "testbed.net._wan",
+    "HostProcess": "testbed.net._wan",
+    "Wan": "testbed.net._wan",
+    "open_wan": "testbed.net._wan",
+    "clean": "testbed.net._clean",
+    "NetworkPlan": "testbed.net._plan",
+    "new_run_id": "testbed.net._plan",
+    "plan_network": "testbed.net._plan",
+    "IcmpProber": "testbed.net._probe",
+    "EngineClient": "testbed.net.delay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'testbed.net' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
