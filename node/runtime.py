@@ -47,7 +47,7 @@ from typing import IO, Any
 
 import trio
 
-from node.events import event_to_dict
+from node.drive import drain
 from node.peer import Address, Peer
 from node.sched.agent import KillTask, RunTask
 from node.wire import MAX_DATAGRAM_BYTES, JobInfo
@@ -95,6 +95,8 @@ class NodeRuntime:
         self._rtt_waiting: dict[int, tuple[trio.Event, dict[str, Any]]] = {}
         self._nursery: trio.Nursery | None = None  # where ranks run
         self._ranks: dict[tuple[int, int], trio.CancelScope] = {}
+        self._wrote = False  # flush(): an event was logged
+        self._reported_at_once = False  # flush(): a rank was reported finished in on_action
 
     def now(self) -> float:
         return trio.current_time() - self._t0
@@ -102,45 +104,56 @@ class NodeRuntime:
     # -- the step after every input --------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Drain the peer's outputs. Synchronous on purpose: no other task runs
-        between an input and this."""
-        peer = self.peer
-        wrote = False
-        while (event := peer.next_event()) is not None:
-            record = event_to_dict(event)
-            self.write(record)
-            wrote = True
-            if record["kind"] == "left":
-                self.done.set()
-            elif record["kind"] == "rtt" and record["request"] in self._rtt_waiting:
-                done, slot = self._rtt_waiting.pop(record["request"])
-                slot.update(record)
-                done.set()
-        if wrote and self._log is not None:
+        """Drain the peer's outputs (node/drive.py, the step the simulator takes too).
+        Synchronous on purpose: no other task runs between an input and this."""
+        self._wrote = False
+        self._reported_at_once = False
+        drain(self.peer, self.now(), self)
+        while self._reported_at_once:  # a rank that could not start was reported finished
+            self._reported_at_once = False
+            drain(self.peer, self.now(), self)
+        if self._wrote and self._log is not None:
             self._log.flush()
-        for datagram in peer.datagrams_to_send(self.now()):
-            if self._send_now(datagram):
-                continue
-            try:
-                self._send.send_nowait(datagram)
-            except trio.WouldBlock:
-                self.counters["tx_queue_full"] += 1
-            except trio.ClosedResourceError:
-                self.counters["tx_after_close"] += 1
-        for action in peer.task_actions():
-            key = (action.job, action.attempt)
-            if isinstance(action, KillTask):
-                if key in self._ranks:
-                    self._ranks.pop(key).cancel()
-            elif self._nursery is None:
-                peer.task_finished(action.job, action.attempt, False, "not running", self.now())
-            else:
-                self._ranks[key] = trio.CancelScope()
-                self._nursery.start_soon(self._run_rank, action, self._ranks[key])
-        deadline = peer.get_timer()
-        self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
         if not self._status_changed.is_set():
             self._status_changed.set()
+
+    # The drive step's outputs (node.drive.Outputs).
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        self.write(record)
+        self._wrote = True
+        if record["kind"] == "left":
+            self.done.set()
+        elif record["kind"] == "rtt" and record["request"] in self._rtt_waiting:
+            done, slot = self._rtt_waiting.pop(record["request"])
+            slot.update(record)
+            done.set()
+
+    def on_action(self, action: RunTask | KillTask) -> None:
+        key = (action.job, action.attempt)
+        if isinstance(action, KillTask):
+            if key in self._ranks:
+                self._ranks.pop(key).cancel()
+        elif self._nursery is None:
+            self.peer.task_finished(action.job, action.attempt, False, "not running", self.now())
+            self._reported_at_once = True
+        else:
+            self._ranks[key] = trio.CancelScope()
+            self._nursery.start_soon(self._run_rank, action, self._ranks[key])
+
+    def on_datagram(self, data: bytes, addr: Address) -> None:
+        datagram = (data, addr)
+        if self._send_now(datagram):
+            return
+        try:
+            self._send.send_nowait(datagram)
+        except trio.WouldBlock:
+            self.counters["tx_queue_full"] += 1
+        except trio.ClosedResourceError:
+            self.counters["tx_after_close"] += 1
+
+    def on_timer(self, deadline: float | None) -> None:
+        self._timer_scope.deadline = math.inf if deadline is None else deadline + self._t0
 
     def _send_now(self, datagram: tuple[bytes, Address]) -> bool:
         """Send at once if the socket takes it without waiting and nothing is

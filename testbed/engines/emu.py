@@ -32,6 +32,7 @@ from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
+from testbed.engines.peers import peer_seed
 from testbed.errors import EmulationError
 from testbed.net import HostProcess, open_wan
 from testbed.runs import write_json
@@ -131,13 +132,12 @@ class EmuEngine:
     def join(self, host: int, bootstraps: list[int]) -> None:
         name = self._name(host)
         self._incarnation[host] = self._incarnation.get(host, 0) + 1
-        seed = hash((self.spec.seed, host, self._incarnation[host])) & 0xFFFFFFFF
         argv = peer_argv(
             name,
             f"{self.wan.hosts[host].ip}:{self.spec.node.port}",
             self._config_path,
             self._points[host],
-            seed,
+            peer_seed(self.spec.seed, host, self._incarnation[host]),
             self.run_dir / "peers" / f"{name}.jsonl",
             self._control(host),
             join=[f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)],

@@ -2,11 +2,11 @@
 # takes in the CAN space, and the seed of its random generator.
 #
 # Rule: a peer's random draws depend only on (run seed, host, incarnation), never on the engine
-# or on the order in which peers start; `peer_seed` is the one derivation.
+# or on the order in which peers start; `peer_seed` (testbed/seeds.py, below the simulator
+# core, which seeds its peers with it too) is the one derivation.
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 from node.can.geometry import Dimension, Space
@@ -14,21 +14,10 @@ from node.can.overlay import CanConfig
 from node.cluster.agent import ClusterConfig
 from node.peer import NodeConfig
 from node.sched.agent import SchedConfig
+from testbed.seeds import peer_seed
 from testbed.spec import NodeSpec, RunClustersSpec
 
 __all__ = ["build_node_config", "draw_point", "peer_seed"]
-
-
-def peer_seed(seed: int, host: int, incarnation: int) -> int:
-    """The seed of the random generator of `host`'s `incarnation`-th peer in a run of `seed`.
-
-    It is the integer `random.Random` derives from the string "{seed}/peer/{host}/{incarnation}"
-    (version 2 seeding: the bytes followed by their SHA-512), so `Random(peer_seed(...))` draws
-    what the simulator has drawn since its first version, and an integer can cross a command
-    line to a peer process (`python -m node --seed`).
-    """
-    text = f"{seed}/peer/{host}/{incarnation}".encode()
-    return int.from_bytes(text + hashlib.sha512(text).digest(), "big")
 
 
 def build_node_config(

@@ -25,7 +25,7 @@ import numpy as np
 from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
 from testbed.engines.emu import START_TIMEOUT_S, peer_argv
-from testbed.engines.peers import build_node_config, draw_point
+from testbed.engines.peers import build_node_config, draw_point, peer_seed
 from testbed.errors import EmulationError
 from testbed.net import open_wan
 from testbed.runs import write_json
@@ -109,7 +109,7 @@ def ping_all_pairs(
                     f"{host.ip}:{node.port}",
                     config_path,
                     draw_point(node, rng),
-                    rng.getrandbits(32),
+                    peer_seed(seed, k, 1),
                     run_dir / "peers" / f"{host.name}.jsonl",
                     controls[k],
                 ),

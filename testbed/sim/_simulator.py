@@ -31,11 +31,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from node.events import event_to_dict
+from node.drive import drain
 from node.peer import Address, NodeConfig, Peer
 from node.sched.agent import KillTask, RunTask
 from node.wire import Codec, JobInfo
 from testbed.linkmodel import DROP_REASONS, LinkModel
+from testbed.seeds import peer_seed
 
 __all__ = ["Simulator"]
 
@@ -84,6 +85,7 @@ class Simulator:
         self.peers: dict[int, Peer] = {}
         self._incarnation = Counter[int]()
         self._timer_at: dict[int, float] = {}
+        self._outputs: dict[int, _PeerOutputs] = {}  # _after: each host's sink, made once
         self._log = log
         self._observer = observer
         self.stats = Counter[str]()
@@ -99,7 +101,7 @@ class Simulator:
         if host in self.peers:
             raise RuntimeError(f"{self.names[host]} already runs a peer")
         self._incarnation[host] += 1
-        rng = random.Random(f"{self.seed}/peer/{host}/{self._incarnation[host]}")
+        rng = random.Random(peer_seed(self.seed, host, self._incarnation[host]))
         codec = self._codecs.get(config.grid_key)
         if codec is None:
             codec = self._codecs[config.grid_key] = Codec(
@@ -258,37 +260,14 @@ class Simulator:
         self.now = max(self.now, t)
 
     def _after(self, host: int) -> None:
-        """Drain a peer's outputs after an input: events, datagrams, timer."""
+        """Drain a peer's outputs after an input (node/drive.py, the runtime's step too)."""
         peer = self.peers.get(host)
         if peer is None:
             return
-        while (event := peer.next_event()) is not None:
-            self._write(host, event_to_dict(event))
-        for action in peer.task_actions():
-            if isinstance(action, KillTask):
-                self._ranks.pop((host, action.job, action.attempt), None)
-            else:
-                self._run_rank(host, action)
-        src_addr = self.addresses[host]
-        for data, addr in peer.datagrams_to_send(self.now):
-            dst = self._host_of.get(addr)
-            if dst is None:
-                self.stats["dropped.no_host"] += 1
-                continue
-            delay = self.model.fate(host, dst, self._link_rng) if dst != host else 0.0
-            if delay < 0:
-                self.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
-                continue
-            self.stats["sent"] += 1
-            heapq.heappush(
-                self._heap, (self.now + delay, next(self._seq), _DELIVER, dst, data, src_addr)
-            )
-        deadline = peer.get_timer()
-        if deadline is not None and self._timer_at.get(host) != deadline:
-            self._timer_at[host] = deadline
-            heapq.heappush(
-                self._heap, (max(deadline, self.now), next(self._seq), _TIMER, host, None, None)
-            )
+        outputs = self._outputs.get(host)
+        if outputs is None:
+            outputs = self._outputs[host] = _PeerOutputs(self, host)
+        drain(peer, self.now, outputs)
 
     def _write(self, host: int, record: dict[str, Any]) -> None:
         self.stats["events"] += 1
@@ -310,3 +289,47 @@ class Simulator:
     @property
     def pending(self) -> int:
         return len(self._heap)
+
+
+class _PeerOutputs:
+    """One peer's outputs into the simulator: events to the log, ranks pretended, datagrams
+    onto the heap at their pair's delay, the timer onto the heap."""
+
+    __slots__ = ("host", "sim")
+
+    def __init__(self, sim: Simulator, host: int) -> None:
+        self.sim = sim
+        self.host = host
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        self.sim._write(self.host, record)
+
+    def on_action(self, action: RunTask | KillTask) -> None:
+        if isinstance(action, KillTask):
+            self.sim._ranks.pop((self.host, action.job, action.attempt), None)
+        else:
+            self.sim._run_rank(self.host, action)
+
+    def on_datagram(self, data: bytes, addr: Address) -> None:
+        sim, host = self.sim, self.host
+        dst = sim._host_of.get(addr)
+        if dst is None:
+            sim.stats["dropped.no_host"] += 1
+            return
+        delay = sim.model.fate(host, dst, sim._link_rng) if dst != host else 0.0
+        if delay < 0:
+            sim.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
+            return
+        sim.stats["sent"] += 1
+        heapq.heappush(
+            sim._heap,
+            (sim.now + delay, next(sim._seq), _DELIVER, dst, data, sim.addresses[host]),
+        )
+
+    def on_timer(self, deadline: float | None) -> None:
+        sim, host = self.sim, self.host
+        if deadline is not None and sim._timer_at.get(host) != deadline:
+            sim._timer_at[host] = deadline
+            heapq.heappush(
+                sim._heap, (max(deadline, sim.now), next(sim._seq), _TIMER, host, None, None)
+            )
