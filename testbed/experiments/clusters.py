@@ -36,7 +36,7 @@ from testbed.net import new_run_id, plan_network
 from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.sim import Simulator
 from testbed.spec import ClusterSpec, TopologySpec
-from testbed.topology import Topology, load_topology
+from testbed.topology import Topology, resolve_topology
 
 __all__ = ["labelled_grid", "refine_distributed", "run_clusters"]
 
@@ -47,10 +47,7 @@ CONVERGED_POLL_S = 1.0
 def labelled_grid(spec: TopologySpec, seed: int, label: str | None) -> tuple[Topology, list[str]]:
     """The spec's grid (`{seed}` in its reference is the run's seed) and each
     host's `label` value, which every host must have (none asked: an empty list)."""
-    topology = load_topology(spec.ref.replace("{seed}", str(seed)))
-    topology = topology.select(
-        spec.hosts, pick=spec.pick, seed=seed if spec.pick == "random" else None
-    ).scaled(spec.scale)
+    topology = resolve_topology(spec, seed)
     if label is None:
         return topology, []
     groups = [lab.get(label) for lab in topology.labels] if topology.labels else []

@@ -52,6 +52,7 @@ from testbed.topology import (
     Topology,
     load_topology,
     planetlab_frame,
+    resolve_topology,
     sharcnet_grid,
 )
 
@@ -66,12 +67,8 @@ class _Check:
 
 
 def select_topology(spec: ExperimentSpec) -> Topology:
-    topo = load_topology(spec.topology.ref)
-    return topo.select(
-        spec.topology.hosts,
-        pick=spec.topology.pick,
-        seed=spec.seed if spec.topology.pick == "random" else None,
-    ).scaled(spec.topology.scale)
+    """The hosts of an overlay experiment (`{seed}` in the ref is the run's seed)."""
+    return resolve_topology(spec.topology, spec.seed)
 
 
 def _adjacent_group(

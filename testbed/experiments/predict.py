@@ -38,7 +38,7 @@ from testbed.spec import (
     TopologySpec,
     VivaldiTechnique,
 )
-from testbed.topology import load_topology
+from testbed.topology import resolve_topology
 
 if TYPE_CHECKING:
     from testbed.topology import Topology
@@ -377,21 +377,22 @@ def run_technique(
 Job = tuple["Technique", int, Noise, "float | None", "TopologySpec", int]
 
 
-@functools.lru_cache(maxsize=2)
-def _matrix(ref: str, hosts: int | None, pick: str, scale: float, seed: int) -> Topology:
-    """The matrix a job runs on; `{seed}` in the ref picks one map per seed."""
-    return (
-        load_topology(ref.replace("{seed}", str(seed)))
-        .select(hosts, pick=pick, seed=seed if pick == "random" else None)
-        .scaled(scale)
-    )
-
-
 def _topology(topology: TopologySpec, seed: int, first: int) -> Topology:
-    per_seed = "{seed}" in topology.ref
-    return _matrix(
-        topology.ref, topology.hosts, topology.pick, topology.scale, seed if per_seed else first
+    """A seed's map: its own where the ref has `{seed}`, else the first seed's for all."""
+    return _map(
+        topology.ref,
+        topology.hosts,
+        topology.pick,
+        topology.scale,
+        seed if "{seed}" in topology.ref else first,
     )
+
+
+@functools.lru_cache(maxsize=2)
+def _map(ref: str, hosts: int | None, pick: str, scale: float, seed: int) -> Topology:
+    """resolve_topology, kept for the last two maps (a worker runs many jobs on one map)."""
+    spec = TopologySpec(ref=ref, hosts=hosts, pick=pick, scale=scale)  # type: ignore[arg-type]
+    return resolve_topology(spec, seed)
 
 
 def _work(job: Job) -> dict[str, Any]:

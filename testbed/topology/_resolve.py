@@ -6,6 +6,9 @@
 #   sharcnet[:<seed>]    the default SHARCNET-style grid (2,091 nodes), seed 1 by default
 #   <file>.toml          a topology spec (a matrix file or a generator, plus scale)
 #   <any other path>     a matrix file (see read_matrix)
+#
+# In a spec, `{seed}` in a reference stands for the run's seed (one map per seed);
+# resolve_topology is the one place that reads a spec's [topology] table.
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ from pathlib import Path
 import msgspec
 
 from testbed.errors import TopologyError
+from testbed.spec import TopologySpec
 from testbed.topology._matrix import Topology, read_matrix
 from testbed.topology._sharcnet import DEFAULT_CLUSTERS, GIGE, MYRINET, IntraLatency, sharcnet_grid
 
-__all__ = ["TOPOLOGY_DIR", "load_topology", "planetlab_frame"]
+__all__ = ["TOPOLOGY_DIR", "load_topology", "planetlab_frame", "resolve_topology"]
 
 # The repository's data folder; TESTBED_TOPOLOGIES overrides it.
 TOPOLOGY_DIR = Path(
@@ -141,3 +145,14 @@ def load_topology(ref: str | Path) -> Topology:
             source=text,
         )
     return read_matrix(path)
+
+
+def resolve_topology(spec: TopologySpec, seed: int) -> Topology:
+    """The hosts a spec's [topology] table describes in a run of `seed`: `{seed}` in `ref`
+    replaced by the seed, the matrix loaded, `hosts` selected (a random pick drawn from the
+    seed) and every latency multiplied by `scale`."""
+    return (
+        load_topology(spec.ref.replace("{seed}", str(seed)))
+        .select(spec.hosts, pick=spec.pick, seed=seed if spec.pick == "random" else None)
+        .scaled(spec.scale)
+    )

@@ -1,0 +1,359 @@
+# `testbed bench ...`: the emulator's fidelity and cost (delay, probes, bring-up, MPI).
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from testbed.cli._common import (
+    cli,
+    handled,
+    hosts_option,
+    no_clamp_option,
+    run_folder_option,
+    topology_options,
+)
+from testbed.errors import InputError
+from testbed.progress import BringupProgress, console, err_console
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks of the emulator itself."""
+
+
+@bench.command(name="delay")
+@click.option("--topology", default="planetlab", show_default=True)
+@topology_options
+@no_clamp_option
+@click.option(
+    "--samples",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="Probes per pair.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(1, 100_000),
+    default=4000,
+    show_default=True,
+    help="Probes per second (2 packets each through the engine).",
+)
+@click.option(
+    "--max-pairs",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="Probe a seeded sample of pairs beyond this.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_delay(
+    topology: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    clamp: bool,
+    out: Path | None,
+    no_clamp: bool,
+    samples: int,
+    rate: float,
+    max_pairs: int,
+    as_json: bool,
+) -> None:
+    """Measure achieved RTT on host pairs against the configured matrix.
+
+    Pairs below the engine's floor are clamped to it (see --no-clamp) and
+    compared with the clamped value, which is what the engine was asked for.
+    """
+    clamp = not no_clamp
+    from rich.progress import Progress
+
+    from testbed.net import open_wan
+    from testbed.runs import write_json
+    from testbed.tools.bench import delay_fidelity
+
+    host_arg = hosts_option(hosts) or 32
+    with open_wan(
+        topology,
+        hosts=host_arg,
+        pick=pick,
+        seed=seed,
+        scale=scale,
+        clamp=clamp,
+        run_dir=out,
+        name="bench-delay",
+        mininet=False,
+        progress=BringupProgress(),
+    ) as wan:
+        n = len(wan.hosts)
+        total = min(n * (n - 1) // 2, max_pairs) * samples
+        with Progress(
+            console=err_console, transient=True, disable=not err_console.is_terminal
+        ) as progress:
+            task = progress.add_task("probing", total=total)
+            result = delay_fidelity(
+                wan,
+                samples=samples,
+                rate_per_s=rate,
+                max_pairs=max_pairs,
+                seed=seed,
+                on_sent=lambda k: progress.advance(task, k),
+            )
+        result["run_dir"] = str(wan.run_dir)
+        write_json(wan.run_dir / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"delay fidelity: {result['hosts']} hosts, {result['pairs']} pairs x {samples}"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    err = result["rtt_error_ms"]
+    rel = result["rtt_rel_error"]
+    table.add_row("engine packets/s", f"{result['pps']:.0f}")
+    table.add_row(
+        "|RTT error| p50 / p99 / max (ms)",
+        f"{err['p50']:.3f} / {err['p99']:.3f} / {err['max']:.3f}",
+    )
+    table.add_row("relative error p50 / p99", f"{rel['p50']:.4f} / {rel['p99']:.4f}")
+    table.add_row(f"p99 of error / bound {result['bound']}", f"{result['bound_ratio_p99']:.3f}")
+    table.add_row("samples within bound", f"{result['within_bound']:.2%}")
+    table.add_row("lost probes", f"{result['lost']} of {result['probes']}")
+    table.add_row(
+        "floor RTT (ms), clamped pairs", f"{result['floor_rtt_ms']}, {result['clamped_pairs']}"
+    )
+    console.print(table)
+
+
+@bench.command(name="probes")
+@click.option(
+    "--topology", default="sharcnet", show_default=True, help="Matrix to draw hosts from."
+)
+@click.option(
+    "--hosts",
+    default="128,512,2048",
+    show_default=True,
+    help="Grid sizes, comma-separated (hosts drawn at random from the topology).",
+)
+@click.option("--seeds", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--trees", type=click.IntRange(1), default=9, show_default=True, help="DTM trees.")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, 0.5, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="DTM walk tolerance (0: a noise-free matrix).",
+)
+@click.option(
+    "--jump",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="DTM's jump: a share of d(base, c) (0: walks take one edge at a time; try 0.1).",
+)
+@click.option(
+    "--leaf-hosts",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="DTM's leaf_hosts (try 4 with --jump).",
+)
+@click.option(
+    "--snap",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="DTM's snap: a share of c's leaf (0: off; try 0.5 with --leaf-sample 4).",
+)
+@click.option(
+    "--leaf-sample",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="DTM's leaf_sample: lone hosts tried at a vertex (0: as branch_sample allows).",
+)
+@click.option(
+    "--tree-choice",
+    type=click.Choice(["quantile", "fit"]),
+    default="quantile",
+    show_default=True,
+    help="How a forest predicts a pair (fit: the tree fitting both hosts best; same samples).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_probes(
+    topology: str,
+    hosts: str,
+    seeds: int,
+    trees: int,
+    tolerance: float,
+    jump: float,
+    leaf_hosts: int,
+    snap: float,
+    leaf_sample: int,
+    tree_choice: str,
+    as_json: bool,
+) -> None:
+    """DTM's measurements per peer as the grid grows (simulator): O(log n)?"""
+    from testbed.experiments.predict import probe_cost
+    from testbed.spec import DtmTechnique
+
+    options = {"jump": jump, "leaf_hosts": leaf_hosts, "snap": snap, "leaf_sample": leaf_sample}
+    tech = DtmTechnique(
+        name="dtm", trees=trees, tolerance=tolerance, tree_choice=tree_choice, **options
+    )
+
+    try:
+        sizes = [int(x) for x in hosts.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(
+            f"expected sizes like 128,512,2048, not {hosts!r}", source="--hosts"
+        ) from None
+    if not sizes or min(sizes) < 2:
+        raise InputError("need sizes of at least 2 hosts", source="--hosts")
+    with err_console.status("DTM joins") as status:
+        rows = probe_cost(
+            topology,
+            sizes,
+            list(range(1, seeds + 1)),
+            tech,
+            progress=lambda done, total: status.update(f"DTM joins: {done}/{total} sizes"),
+        )
+    if as_json:
+        print(json.dumps({"topology": topology, "rows": rows}))
+        return
+    how = "".join(f", {name} {value:g}" for name, value in options.items() if value)
+    how += ", fit" if tree_choice == "fit" and trees > 1 else ""
+    table = Table(
+        title=f"DTM measurements per peer ({topology}, {trees} tree(s){how}, {seeds} seeds)"
+    )
+    for col in ("hosts", "mean", "max", "mean / log2 n", "p95 rel. error"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row['hosts']:,}",
+            f"{row['per_host_mean']:.1f}",
+            str(row["per_host_max"]),
+            f"{row['per_host_over_log2n']:.2f}",
+            f"{row['p95']:.3f}",
+        )
+    console.print(table)
+
+
+@bench.command(name="bringup")
+@click.option("--topology", default="planetlab", show_default=True)
+@click.option("--hosts", type=click.IntRange(1), default=200, show_default=True)
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) -> None:
+    """Bring N hosts up and down once; report times and leftovers."""
+    from testbed.runs import write_json
+    from testbed.tools.bench import bringup_cost
+
+    result = bringup_cost(topology, hosts, run_dir=out, progress=BringupProgress())
+    write_json(Path(result["run_dir"]) / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bring-up of {hosts} hosts")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in ("up_s", "down_s", "leftovers", "floor_rtt_ms", "clamped_pairs"):
+        table.add_row(key, str(result[key]))
+    console.print(table)
+
+
+@bench.command(name="mpi")
+@click.option("--topology", default="topologies/sharcnet-emu.toml", show_default=True)
+@click.option("--ranks", type=click.IntRange(2, 256), default=8, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option(
+    "--compute-s",
+    type=click.FloatRange(0, 3600),
+    default=1.0,
+    show_default=True,
+    help="All compute phases together.",
+)
+@click.option(
+    "--diameter-ms",
+    type=click.FloatRange(0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="The job's latency requirement D (RTT).",
+)
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option(
+    "--command",
+    default=None,
+    help="Your own program instead of the built-in one: it gets TESTBED_RANK, TESTBED_SIZE and "
+    "TESTBED_PEERS and prints a JSON object with wall_s as its last line.",
+)
+@no_clamp_option
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_mpi(
+    topology: str,
+    ranks: int,
+    rounds: int,
+    compute_s: float,
+    diameter_ms: float,
+    repeat: int,
+    command: str | None,
+    no_clamp: bool,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """The same MPI-like job on a proper cluster (every pair within D) and on a
+    set that violates D (half its ranks in another cluster): wall times and the
+    slowdown. Real processes over TCP on the emulated WAN (root)."""
+    from testbed.runs import write_json
+    from testbed.tools.mpi import latency_penalty
+
+    with err_console.status(f"{ranks}-rank job, {rounds} rounds, twice x {repeat}"):
+        result = latency_penalty(
+            topology,
+            ranks=ranks,
+            rounds=rounds,
+            compute_s=compute_s,
+            diameter_ms=diameter_ms,
+            repeat=repeat,
+            command=command,
+            clamp=not no_clamp,
+            run_dir=None if out is None else str(out),
+            progress=BringupProgress(),
+        )
+    write_json(Path(result["run_dir"]) / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"{ranks} ranks, {rounds} rounds, {compute_s:g} s of compute, D = {diameter_ms:g} ms"
+    )
+    for col in ("hosts", "widest RTT ms", "wall s (each run)"):
+        table.add_column(col, justify="left" if col == "hosts" else "right")
+    for name in ("proper", "spread"):
+        row = result[name]
+        table.add_row(
+            f"{name}: {', '.join(row['hosts'])}",
+            f"{row['widest_rtt_ms']:g}",
+            " ".join(f"{w:.3f}" for w in row["wall_s"]),
+        )
+    console.print(table)
+    console.print(f"slowdown (median spread / median proper): [bold]{result['slowdown']:g}[/]")
+    if result["clamped_pairs"]:
+        console.print(
+            f"{result['clamped_pairs']} ordered pair(s) below the engine's floor were raised to "
+            f"{result['floor_rtt_ms']:g} ms"
+        )
+
+
+# -- run -------------------------------------------------------------------------------------------------

@@ -1,0 +1,253 @@
+# `testbed workload`, `churn` and `topology ...`: look at an input before running it.
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from testbed.cli._common import cli, handled, hosts_option
+from testbed.errors import InputError
+from testbed.progress import console, err_console
+
+
+@cli.command(name="workload")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--min-size",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="2: parallel jobs only.",
+)
+@click.option("--max-size", type=click.IntRange(1), default=None, help="Drop jobs wider than this.")
+@click.option("--completed", is_flag=True, help="Keep completed jobs (status 1) only.")
+@click.option(
+    "--slice",
+    "slice_k",
+    type=click.IntRange(1),
+    default=None,
+    help="The K jobs submitted over the shortest interval.",
+)
+@click.option(
+    "--head", "head_k", type=click.IntRange(1), default=None, help="Then the first K jobs."
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(0),
+    default=None,
+    help="Compress submissions into this many seconds.",
+)
+@click.option(
+    "--runtime-scale",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Multiply run times.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the result as SWF.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def workload_command(
+    path: str,
+    min_size: int,
+    max_size: int | None,
+    completed: bool,
+    slice_k: int | None,
+    head_k: int | None,
+    window: float | None,
+    runtime_scale: float | None,
+    out_path: str | None,
+    as_json: bool,
+) -> None:
+    """Read an SWF trace, filter, slice and compress it; print its figures (and save it)."""
+    from testbed import workload as wl
+
+    trace = wl.select(
+        wl.read_swf(path), min_size=min_size, max_size=max_size, completed_only=completed
+    )
+    if slice_k is not None:
+        trace = wl.shortest_slice(trace, slice_k)
+    if head_k is not None:
+        trace = wl.head(trace, head_k)
+    if window is not None:
+        trace = wl.compress(trace, window)
+    if runtime_scale is not None:
+        trace = wl.scale_runtime(trace, runtime_scale)
+    if out_path is not None:
+        wl.write_swf(trace, out_path)
+    figures = wl.describe(trace)
+    if as_json:
+        print(json.dumps(figures))
+        return
+    table = Table(title=f"{path}: {figures['jobs']:,} jobs")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in figures.items():
+        if key not in ("notes", "source"):
+            table.add_row(key, f"{value:,.6g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    for note in figures["notes"]:
+        err_console.print(f"  {note}")
+
+
+@cli.command(name="churn")
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The experiment spec whose hosts the script acts on (default: 64 PlanetLab hosts).",
+)
+@click.option(
+    "--seed", type=int, default=None, help="Compile with this seed (default: the spec's)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON lines.")
+@handled
+def churn_command(script: str, spec_path: str | None, seed: int | None, as_json: bool) -> None:
+    """Check a churn script and print the schedule it compiles to (nothing runs)."""
+    import msgspec
+
+    from testbed.experiments.overlay import churn_schedule, select_topology
+    from testbed.spec import ChurnSpec, load_spec
+
+    defaults = {"topology": {"ref": "planetlab", "hosts": 64, "pick": "first"}}
+    spec, _ = load_spec(spec_path, [], defaults=None if spec_path else defaults)
+    spec = msgspec.structs.replace(
+        spec,
+        seed=spec.seed if seed is None else seed,
+        churn=ChurnSpec(script=script),
+        phases=[],
+        campaign=None,
+    )
+    topology = select_topology(spec)
+    schedule = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
+    assert schedule is not None
+    if as_json:
+        print(schedule.to_jsonl(), end="")
+        return
+    table = Table(title=f"{script}: {len(schedule.events)} events, seed {spec.seed}")
+    for col in ("t (s)", "verb", "hosts / groups", "value", "line"):
+        table.add_column(col, justify="right" if col in ("t (s)", "line") else "left")
+    for event in schedule.events:
+        if event.hosts:
+            who = ", ".join(event.hosts[:6]) + (
+                f" (+{len(event.hosts) - 6})" if len(event.hosts) > 6 else ""
+            )
+        else:
+            who = " | ".join(f"{len(g)} hosts" for g in event.groups)
+        value = "" if event.value is None else f"{event.value:g}"
+        table.add_row(f"{event.t:.3f}", event.verb, who, value, str(event.line))
+    console.print(table)
+
+
+@cli.group()
+def topology() -> None:
+    """Inspect and generate latency matrices."""
+
+
+@topology.command(name="show")
+@click.argument("ref")
+@click.option("--hosts", "hosts", metavar="N|NAMES")
+@click.option("--pick", type=click.Choice(["first", "random"]), default="first")
+@click.option("--seed", type=int, default=0)
+@click.option("--scale", type=float, default=1.0)
+@click.option(
+    "--floor", "floor_ms", type=float, default=None, help="Count pairs below this RTT (ms)."
+)
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def topology_show(
+    ref: str,
+    hosts: str | None,
+    pick: str,
+    seed: int,
+    scale: float,
+    floor_ms: float | None,
+    as_json: bool,
+) -> None:
+    """Validate a topology and print its figures."""
+    from testbed.topology import load_topology
+
+    topo = load_topology(ref)
+    host_arg = hosts_option(hosts)
+    if isinstance(host_arg, list):
+        topo = topo.select(hosts=host_arg)
+    else:
+        topo = topo.select(host_arg, pick=pick, seed=seed if pick == "random" else None)
+    topo = topo.scaled(scale)
+    stats: dict[str, Any] = {"source": topo.source, **topo.stats()}
+    labels = sorted({f"{k}={v}" for lab in topo.labels for k, v in lab.items()})
+    if labels:
+        stats["labels"] = len(labels)
+    if floor_ms is not None:
+        stats["pairs_below_floor"] = len(topo.pairs_below(floor_ms))
+    if as_json:
+        print(json.dumps(stats))
+        return
+    table = Table(show_header=False)
+    for key, value in stats.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+@topology.command(name="generate")
+@click.argument("kind", type=click.Choice(["sharcnet"]))
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--inter",
+    default="planetlab:1",
+    show_default=True,
+    help="Matrix the inter-cluster latencies come from.",
+)
+@click.option(
+    "--clusters",
+    default=None,
+    help="Comma-separated cluster sizes (default: 10 clusters, 2,091 nodes).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Matrix file to write (.txt, .txt.gz or .npy); hosts go to <output>.hosts.csv.",
+)
+@handled
+def topology_generate(kind: str, seed: int, inter: str, clusters: str | None, output: Path) -> None:
+    """Generate a SHARCNET-style grid matrix (seed 002 §5.2.2)."""
+    import numpy as np
+
+    from testbed.topology import DEFAULT_CLUSTERS, load_topology, sharcnet_grid, write_matrix
+
+    sizes = DEFAULT_CLUSTERS
+    if clusters:
+        try:
+            sizes = tuple(int(x) for x in clusters.split(","))
+        except ValueError:
+            raise InputError(
+                f"--clusters must be comma-separated integers, not {clusters!r}",
+                source="<--clusters>",
+            ) from None
+    topo = sharcnet_grid(load_topology(inter), seed=seed, clusters=sizes)
+    if output.suffix == ".npy":
+        np.save(output, topo.rtt_ms)
+    else:
+        write_matrix(topo, output)
+    hosts_path = output.with_name(output.name + ".hosts.csv")
+    with hosts_path.open("w") as stream:
+        stream.write("index,name,cluster,interconnect\n")
+        for k, (name, labels) in enumerate(zip(topo.names, topo.labels, strict=True)):
+            stream.write(f"{k},{name},{labels['cluster']},{labels['interconnect']}\n")
+    console.print(f"wrote {output} ({topo.n} nodes) and {hosts_path}")
+
+
+# -- demo ----------------------------------------------------------------------------------------------

@@ -1,0 +1,414 @@
+# `testbed run`, `campaign` and `table`: experiment specs on either engine, their tables.
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from testbed.cli._common import cli, handled, overrides_option, run_folder_option
+from testbed.errors import InputError
+from testbed.progress import console, err_console
+
+engine_option = click.option(
+    "--engine", type=click.Choice(["sim", "emu"]), default=None, help="Override the spec's engine."
+)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@engine_option
+@overrides_option("e.g. --set campaign.seeds=[1,2] --set topology.hosts=128")
+@run_folder_option
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Simulated runs side by side (one process each).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def campaign(
+    spec_path: str,
+    engine: str | None,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Run a spec under each of its [campaign] churn scripts x seeds; one table of
+    what broke (invariant violations after each quiet period) and how fast it repaired."""
+    from testbed.experiments.campaign import run_campaign
+    from testbed.spec import load_spec
+
+    extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
+    spec, _ = load_spec(spec_path, extra)
+    if spec.campaign is None:
+        raise InputError(
+            "no [campaign] table (scripts = [...], seeds = [...]); `testbed run` runs one spec",
+            source=spec_path,
+        )
+    with err_console.status(f"campaign {spec.name}") as status:
+
+        def on_run(k: int, total: int, script: str, seed: int, row: dict | None) -> None:
+            if row is None:
+                status.update(f"campaign {spec.name}: run {k + 1}/{total}, {script} seed {seed}")
+                return
+            err_console.print(
+                f"  {row['run']}: {row['status']}, {row['events_applied']} events, "
+                f"{row['violations']} violation(s) after quiet periods, "
+                f"{row['violations_unsettled']} in unsettled checks, {row['wall_s']:.0f} s"
+            )
+
+        folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs)
+    if as_json:
+        print(json.dumps(result | {"folder": str(folder)}))
+        return
+
+    def pq(figures: dict, key: str, unit: str = "") -> str:
+        value = figures.get(key)
+        return "-" if value is None else f"{value:g}{unit}"
+
+    table = Table(title=f"campaign {spec.name} ({spec.engine})")
+    columns = ("run", "status", "events", "violations", "unsettled", "repair p50/p99 s")
+    for col in (*columns, "late p50/p99 ms"):
+        table.add_column(col, justify="left" if col in ("run", "status") else "right")
+    for row in result["rows"]:
+        table.add_row(
+            row["run"],
+            row["status"],
+            str(row["events_applied"]),
+            str(row["violations"]),
+            f"{row['violations_unsettled']} ({row['checks_unsettled']}/{row['checks']} checks)",
+            f"{pq(row['repair_s'], 'p50')} / {pq(row['repair_s'], 'p99')}",
+            f"{pq(row['lateness_ms'], 'p50')} / {pq(row['lateness_ms'], 'p99')}",
+        )
+    table.add_section()
+    table.add_row(
+        f"{result['runs']} runs",
+        result["status"],
+        str(result["events_applied"]),
+        str(result["violations"]),
+        str(result["violations_unsettled"]),
+        f"{pq(result['repair_s'], 'p50')} / {pq(result['repair_s'], 'p99')}",
+        f"{pq(result['lateness_ms'], 'p50')} / {pq(result['lateness_ms'], 'p99')}",
+    )
+    console.print(table)
+    for bad in result["violating_checks"][:10]:
+        peers = sorted({p for v in bad["first"] for p in v["peers"]})
+        lines = sorted({e["line"] for e in bad["events"]})
+        unsettled = "" if bad["settled"] else f" (unsettled: quiet {bad['quiet_s']} s"
+        if bad["departing"]:
+            unsettled += f", still leaving: {', '.join(bad['departing'][:8])}"
+        err_console.print(
+            f"  [red]{bad['run']} {bad['check']}[/]{unsettled + ')' if unsettled else ''}: "
+            f"{bad['by_kind']} peers {', '.join(peers[:8])}"
+            f"; events since the last clean check: script lines {lines}"
+        )
+    print(folder)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@engine_option
+@overrides_option("e.g. --set topology.hosts=128 --set seed=7")
+@run_folder_option
+@handled
+def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
+    """Run an experiment spec (an overlay experiment, or kind = "predict",
+    "cluster" or "sched"); prints the run folder as its last line."""
+    from testbed.experiments.overlay import run_experiment
+    from testbed.spec import ClusterSpec, PredictSpec, SchedSpec, load_any_spec
+
+    extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
+    spec, data = load_any_spec(spec_path, extra)
+    if isinstance(spec, PredictSpec):
+        print(_run_prediction(spec, data, out))
+        return
+    if isinstance(spec, ClusterSpec):
+        print(_run_clusters(spec, data, out))
+        return
+    if isinstance(spec, SchedSpec):
+        print(_run_sched(spec, data, out))
+        return
+    phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
+    for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
+        phases.add_column(col)
+
+    def on_phase(label: str, result: dict) -> None:
+        err_console.print(
+            f"  {label}: t={result['t']:.0f} s, {result['members']} members, "
+            f"{result['violations']} violation(s) {result['by_kind'] or ''}"
+        )
+        phases.add_row(
+            label,
+            f"{result['t']:.0f}",
+            str(result["members"]),
+            str(result["violations"]),
+            str(result["routes_checked"]),
+            f"{result['mean_hops']:.2f}",
+        )
+
+    with (
+        err_console.status(f"running {spec.name} on {spec.engine}")
+        if err_console.is_terminal
+        else contextlib.nullcontext()
+    ) as status:
+        last_said = [0.0]
+
+        def progress(
+            line: str,
+        ) -> None:  # a jobs run's drain: a status line, and a log line a minute
+            if status is not None:
+                status.update(f"{spec.name}: {line}")
+            if time.monotonic() - last_said[0] >= 60:
+                last_said[0] = time.monotonic()
+                err_console.print(f"  {line}")
+
+        run_dir = run_experiment(spec, data, out=out, on_phase=on_phase, progress=progress)
+    err_console.print(phases)
+    if spec.jobs is not None:
+        _print_jobs(json.loads((run_dir / "summary.json").read_text()))
+    print(run_dir)
+
+
+def _print_jobs(summary: dict[str, Any]) -> None:
+    """The jobs of an overlay run: what became of them, and bounded slowdown."""
+    jobs = summary.get("jobs")
+    if not isinstance(jobs, dict) or "submitted" not in jobs:
+        err_console.print(
+            f"jobs: no results ({summary.get('jobs_error', 'the run stopped early')})"
+        )
+        return
+    setup = summary["jobs_setup"]
+    table = Table(
+        title=f"{summary['name']}: {jobs['submitted']} jobs on the {setup['clustering']} clusters "
+        f"(latency bound {setup['latency_ms']:g} ms), bounded slowdown in trace seconds",
+        caption="central: the idealised central FCFS scheduler on the same trace, a reference",
+    )
+    for col in ("scheduler", "done", "failed", "lost", "mean", "median", "p95", "p99", "max"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right", no_wrap=True)
+    for variant, figures in summary["slowdown"].items():
+        ours = not variant.startswith("central/")
+        counts = [str(jobs[k]) for k in ("completed", "failed", "lost")] if ours else ["-"] * 3
+        table.add_row(
+            variant,
+            *counts,
+            *(
+                "-" if figures[k] is None else f"{figures[k]:.3g}"
+                for k in ("mean", "median", "p95", "p99", "max")
+            ),
+        )
+    console.print(table)
+    extra = {k: jobs[k] for k in ("resubmitted", "duplicates", "executed_twice")}
+    if jobs.get("running_at_end"):
+        extra["still running at the end"] = jobs["running_at_end"]
+    console.print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()))
+    for reason, count in jobs["failure_reasons"].items():
+        console.print(f"  failed x{count}: {reason}")
+
+
+def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
+    """Run a cluster spec with a status line; print its table; return the run folder."""
+    from testbed.experiments.clusters import run_clusters
+
+    with err_console.status(f"{spec.name}") as status:
+        run_dir, summary = run_clusters(
+            spec, data, out=out, progress=lambda what: status.update(f"{spec.name}: {what}")
+        )
+    table = Table(
+        title=f"{spec.name}: {summary['hosts']:,} peers, D = {spec.diameter_ms:g} ms, "
+        f"N = {summary['size']}, M = {summary['memberships']}"
+    )
+    for col in (
+        "clustering",
+        "clusters",
+        "size p50",
+        "per peer p50",
+        "size max",
+        "membership max",
+        "accuracy",
+        "capacity",
+    ):
+        table.add_column(col, justify="left" if col == "clustering" else "right")
+    for name, q in summary["clusters"].items():
+        table.add_row(
+            name,
+            f"{q['count']:,}",
+            f"{q['size_p50']:g}" if q["size_p50"] is not None else "-",
+            f"{q['peer_size_p50']:g}" if q["peer_size_p50"] is not None else "-",
+            str(q["size_max"]),
+            str(q["membership_max"]),
+            f"{q['accuracy']:.3f}" if q["accuracy"] is not None else "-",
+            f"{q['capacity']:.3f}" if q["capacity"] is not None else "-",
+        )
+    console.print(table)
+    if "distributed" in summary:
+        d = summary["distributed"]
+        console.print(
+            f"distributed refinement: {'every peer STEADY' if d['converged'] else '[red]NOT every peer STEADY[/]'}"
+            f" at {d['steady_at_s']:g} s (virtual), messages per peer p50 {d['messages_per_peer']['p50']:g},"
+            f" {d['wall_s']:g} s wall"
+        )
+    return run_dir
+
+
+def _run_sched(spec: Any, data: dict, out: Path | None) -> Path:
+    from testbed.experiments.sched import run_sched
+
+    with err_console.status(f"scheduling {spec.name}") as status:
+        run_dir, summary = run_sched(spec, data, out=out, progress=status.update)
+    load = summary["workload"]["offered_load_on_grid"]
+    table = Table(
+        title=f"{spec.name}: {summary['workload']['jobs']} jobs on {summary['nodes']} nodes"
+        f" (offered load {load}), bounded slowdown"
+    )
+    columns = (
+        "variant",
+        "completed",
+        "failed",
+        "lost",
+        "mean",
+        "median",
+        "mode",
+        "p95",
+        "p99",
+        "max",
+    )
+    for col in (*columns, "paper (intense SHARCNET set)"):
+        table.add_column(
+            col, justify="left" if col in ("variant", "paper (intense SHARCNET set)") else "right"
+        )
+    for variant, figures in summary["slowdown"].items():
+        counts = summary["by_variant"][variant]
+        paper = summary["paper"].get(variant, {})
+        table.add_row(
+            variant,
+            *(str(counts[k]) for k in columns[1:4]),
+            *("-" if figures[k] is None else f"{figures[k]:g}" for k in columns[4:]),
+            " ".join(f"{k} {v:g}" for k, v in paper.items()) or "-",
+        )
+    console.print(table)
+    return run_dir
+
+
+def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
+    """Run a prediction spec with a progress bar; print its table; return the run folder."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from testbed.experiments.predict import run_prediction
+
+    seeds = spec.seed_list()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=not err_console.is_terminal,
+    ) as progress:
+        task = progress.add_task(
+            f"{spec.name}: {len(spec.techniques)} technique(s) x {len(seeds)} seed(s)",
+            total=len(spec.techniques) * len(seeds),
+        )
+
+        def on_result(result: dict[str, Any]) -> None:
+            progress.advance(task)
+            progress.console.print(
+                f"  {result['technique']} seed {result['seed']}: p50 {result['p50']:.3f} "
+                f"p95 {result['p95']:.3f} p99 {result['p99']:.3f}, "
+                f"{result['probes_per_host']:.0f} samples/host, {result['cpu_s']:.0f} s",
+                highlight=False,
+            )
+
+        pinging: list[Any] = []
+
+        def on_ping(done: int, hosts: int) -> None:
+            if not pinging:
+                pinging.append(progress.add_task("real pings: each peer measures all", total=hosts))
+            progress.update(pinging[0], completed=done)
+
+        run_dir = run_prediction(spec, data, out=out, on_result=on_result, on_ping=on_ping)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # piped or logged, 80 columns would fold the numbers
+    out = console if console.is_terminal else Console(file=sys.stdout, width=120)
+    out.print(prediction_table(summary))
+    return run_dir
+
+
+def prediction_table(summary: dict[str, Any]) -> Table:
+    """Our percentiles per technique, the thesis's beside them when the spec names its table."""
+    paper = summary.get("paper") or {}
+    rows = paper.get("rows", {})
+    boundary = paper.get("table") == "5.6"
+    title = f"{summary['name']}: {summary['hosts']} hosts, {len(summary['seeds'])} seed(s)"
+    if paper:
+        title += f"; thesis Table {paper['table']}: {paper['source']}"
+    table = Table(title=title)
+    table.add_column("technique", no_wrap=True)
+    columns = ("positive", "negative") if boundary else ("p50", "p95", "p99", "max")
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+        if rows:
+            table.add_column("thesis", justify="right", style="dim", no_wrap=True)
+    table.add_column("samples/host", justify="right", no_wrap=True)
+    sim = summary.get("sim", {})
+    if sim:
+        table.add_column("sim p50 / p95 / p99", justify="right", no_wrap=True)
+    for name, result in summary["prediction"].items():
+        ours = (
+            [result["boundary"][c] for c in columns] if boundary else [result[c] for c in columns]
+        )
+        theirs = rows.get(name)
+        cells = [name]
+        for k, value in enumerate(ours):
+            cells.append(f"{value:.3g}" if boundary else f"{value:,.3f}")
+            if rows:
+                cells.append("" if theirs is None else f"{theirs[k]:,.3g}")
+        cells.append(f"{result['probes_per_host']:,.0f}")
+        if sim:
+            other = sim.get(name, {})
+            cells.append(" / ".join(f"{other.get(q, math.nan):.3f}" for q in ("p50", "p95", "p99")))
+        table.add_row(*cells)
+    return table
+
+
+# The bundled spec behind each of seed 002's prediction tables.
+TABLE_SPECS = {
+    "5.2": "predict-planetlab-sim.toml",
+    "5.4": "predict-sharcnet-sim.toml",
+    "5.5": "predict-sharcnet-dtm-variants.toml",
+    "5.6": "predict-sharcnet-dtm-variants.toml",
+}
+
+
+@cli.command(name="table")
+@click.argument("number", type=click.Choice(sorted(TABLE_SPECS)))
+@click.option(
+    "--seeds", type=click.IntRange(min=1), default=None, help="Seeds 1..N (default: the spec's)."
+)
+@overrides_option("e.g. --set topology.ref=my-matrix.txt")
+@run_folder_option
+@handled
+def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path | None) -> None:
+    """Reproduce one of seed 002's latency prediction tables (5.2, 5.4, 5.5, 5.6) in the
+    simulator, with the thesis's figures beside ours. Table 5.2 was measured on UMIACS
+    (151 hosts), which is not public: ours runs on PlanetLab's 490 hosts."""
+    from testbed.spec import load_any_spec
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / TABLE_SPECS[number]
+    extra = [f'paper="{number}"', *([f"seeds={seeds}"] if seeds else []), *overrides]
+    spec, data = load_any_spec(path, extra)
+    print(_run_prediction(spec, data, out))
+
+
+# -- fuzz ----------------------------------------------------------------------------------------------
