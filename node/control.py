@@ -37,6 +37,10 @@ def request(path: str, op: str, *, timeout_s: float = 10.0, **fields: Any) -> di
         answer = json.loads(buffer)
     except ValueError:
         raise ControlError(f"{path}: {op}: the peer closed without a valid answer") from None
+    if not isinstance(answer, dict):
+        raise ControlError(
+            f"{path}: {op}: the peer answered {type(answer).__name__}, not an object"
+        )
     if not answer.get("ok"):
         raise ControlError(f"{path}: {op}: {answer.get('error', 'refused')}")
     return answer

@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import trio
 
@@ -275,7 +275,8 @@ class NodeRuntime:
                 self.counters["rx_icmp_error"] += 1
                 continue
             wall, now = time.time(), self.now()  # together: their gap would count as waiting
-            self.peer.receive_datagram(data, addr[:2], now, self._arrival(ancillary, wall, now))
+            host, port = cast("tuple[str, int]", addr)[:2]  # IPv4: (host, port)
+            self.peer.receive_datagram(data, (host, port), now, self._arrival(ancillary, wall, now))
             self.flush()
 
     def _arrival(self, ancillary: list[tuple[int, int, bytes]], wall: float, now: float) -> float:
@@ -285,7 +286,7 @@ class NodeRuntime:
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
                 seconds, nanoseconds = struct.unpack_from("qq", payload)
-                waited = wall - (seconds + nanoseconds * 1e-9)
+                waited: float = wall - (seconds + nanoseconds * 1e-9)
                 return now - min(max(waited, 0.0), 1.0)
         self.counters["rx_no_timestamp"] += 1
         return now
@@ -492,14 +493,14 @@ async def serve_control(
     await sock.bind(path)
     sock.listen(16)
     listener = trio.SocketListener(sock)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        await _control_connection(runtime, stream)
+
     try:
         async with trio.open_nursery() as nursery:
             task_status.started(path)
-            await trio.serve_listeners(
-                lambda stream: _control_connection(runtime, stream),
-                [listener],
-                handler_nursery=nursery,
-            )
+            await trio.serve_listeners(handle, [listener], handler_nursery=nursery)
     finally:
         try:
             os.unlink(path)

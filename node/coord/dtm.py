@@ -461,7 +461,8 @@ class Dtm:
             # (their edge), c does not part here and they go unmeasured: on a tree
             # metric that is exact, and a join through a cluster's star costs
             # O(1) rather than `sample` measurements. Only they are sampled.
-            inner, leaves = [], []
+            inner: list[tuple[int, int, int, float]] = []
+            leaves: list[tuple[int, int, int, float]] = []
             for branch in self._branches(u, came, tolerance, shuffle):
                 x, q = branch[0], branch[1]
                 (leaves if q != self._parent[x] and not self._children[q] else inner).append(branch)
