@@ -127,6 +127,7 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
     """Run an experiment spec (an overlay experiment, or kind = "predict",
     "cluster" or "sched"); prints the run folder as its last line."""
     from testbed.experiments.overlay import run_experiment
+    from testbed.experiments.run import Report
     from testbed.spec import ClusterSpec, PredictSpec, SchedSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
@@ -174,11 +175,13 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
                 last_said[0] = time.monotonic()
                 err_console.print(f"  {line}")
 
-        run_dir = run_experiment(spec, data, out=out, on_phase=on_phase, progress=progress)
+        result = run_experiment(
+            spec, data, out=out, report=Report(say=progress, phase=on_phase)
+        )
     err_console.print(phases)
     if spec.jobs is not None:
-        _print_jobs(json.loads((run_dir / "summary.json").read_text()))
-    print(run_dir)
+        _print_jobs(result.summary)
+    print(result.dir)
 
 
 def _print_jobs(summary: dict[str, Any]) -> None:

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
 from node.can.geometry import abutment
 from node.cluster.refine import gather
@@ -45,7 +44,7 @@ from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import InputError
 from testbed.experiments.jobs import Feeding, JobsRun
-from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
+from testbed.experiments.run import Report, Run, RunResult
 from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import (
     PLANETLAB_FRAMES,
@@ -99,216 +98,270 @@ def run_experiment(
     data: dict[str, Any],
     *,
     out: str | Path | None = None,
-    make_engine: Callable[[ExperimentSpec, Topology, NodeConfig, Path], Engine] | None = None,
-    on_phase: Callable[[str, dict[str, Any]], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Path:
-    """Run `spec`; returns the run folder. The engine is chosen by spec.engine
-    unless given. `progress` hears a line now and then on a long run's jobs."""
+    report: Report | None = None,
+    make_engine: MakeEngine | None = None,
+) -> RunResult:
+    """Run an overlay spec: its phases or its churn, checking the CAN invariants after each
+    (and the clusters, and the jobs, where the spec asks for them). The engine is chosen by
+    spec.engine unless `make_engine` is given. Input errors (topology, churn script) are
+    raised before anything starts; once the engine is up, an interrupted run still writes
+    its summary (status "interrupted") and tears the engine down."""
     topology = select_topology(spec)
     names = [f"h{k + 1}" for k in range(topology.n)]
     schedule = churn_schedule(spec, topology, names)  # a bad script fails before anything starts
     frames = _frames_used(spec, topology, schedule)  # loaded now: switching must be quick
-    run_dir = new_run_dir(spec.name, out)
-    jobs = JobsRun(spec, topology, names, run_dir) if spec.jobs is not None else None
-    config = build_node_config(
-        spec.node,
-        spec.clusters,
-        space=jobs.space if jobs is not None else None,
-        sched=jobs.sched_config() if jobs is not None else None,
-    )
-    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
-    if make_engine is None:
-        if spec.engine == "sim":
-            from testbed.engines.sim import SimEngine
+    with Run(spec.name, data, out) as run:
+        overlay = _OverlayRun(spec, topology, names, run, report or Report(), make_engine)
+        return overlay.execute(schedule, frames)
 
-            make_engine = SimEngine
-        else:
-            from testbed.engines.emu import EmuEngine
 
-            make_engine = EmuEngine
-    engine = make_engine(spec, topology, config, run_dir)
-    if jobs is not None:
-        engine = Feeding(engine, jobs.client)  # submits the trace's jobs as time passes
-    host_of = {name: k for k, name in enumerate(names)}
-    rng = random.Random(f"{spec.seed}/runner")
-    point_rng = random.Random(f"{spec.seed}/points")
-    actions = JsonLog(run_dir / "actions.jsonl")
-    checks_log = JsonLog(run_dir / "checks.jsonl")
-    expected: set[int] = set()  # hosts that should be members
-    checks: list[_Check] = []
-    wall0 = time.monotonic()
-    engine_summary: dict[str, Any] = {}
-    churn_summary: dict[str, Any] | None = None
-    involved: Callable[[set[str]], list[dict[str, Any]]] | None = None
-    status = "interrupted"
+MakeEngine = Callable[[ExperimentSpec, Topology, NodeConfig, Path], Engine]
 
-    offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
-    last_clusters: dict[str, Any] = {}  # DYN and DYN-SYM at the last check
-    current_one_way_s: Callable[[], np.ndarray] = lambda: topology.one_way_ms() / 1e3  # noqa: E731
-    jobs_summary: dict[str, Any] = {}
 
-    def point_of(host: int) -> tuple[float, ...]:
+def _engine_for(spec: ExperimentSpec) -> MakeEngine:
+    """The spec's engine; imported here because each pulls in its own world (the emulator:
+    Mininet and pyroute2; the simulator: every peer core)."""
+    if spec.engine == "sim":
+        from testbed.engines.sim import SimEngine
+
+        return SimEngine
+    from testbed.engines.emu import EmuEngine
+
+    return EmuEngine
+
+
+class _OverlayRun:
+    """One overlay run under way: the engine, the hosts that should be members, the checks
+    made so far, and the optional clusters (`offers`) and jobs beside the overlay."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        topology: Topology,
+        names: list[str],
+        run: Run,
+        report: Report,
+        make_engine: MakeEngine | None,
+    ) -> None:
+        self.spec, self.topology, self.names, self.run, self.report = (
+            spec,
+            topology,
+            names,
+            run,
+            report,
+        )
+        self.jobs = JobsRun(spec, topology, names, run.dir) if spec.jobs is not None else None
+        jobs = self.jobs
+        self.config = build_node_config(
+            spec.node,
+            spec.clusters,
+            space=jobs.space if jobs is not None else None,
+            sched=jobs.sched_config() if jobs is not None else None,
+        )
+        engine = (make_engine or _engine_for(spec))(spec, topology, self.config, run.dir)
         if jobs is not None:
-            return jobs.point(host, point_rng)
-        return draw_point(spec.node, point_rng)
+            engine = Feeding(engine, jobs.client)  # submits the trace's jobs as time passes
+        self.engine: Engine = engine
+        self.host_of = {name: k for k, name in enumerate(names)}
+        self.rng = random.Random(f"{spec.seed}/runner")
+        self.point_rng = random.Random(f"{spec.seed}/points")
+        self.actions = run.log("actions.jsonl")
+        self.checks_log = run.log("checks.jsonl")
+        self.expected: set[int] = set()  # hosts that should be members
+        self.checks: list[_Check] = []
+        self.executor: Executor | None = None  # with a churn schedule
+        self.churn_summary: dict[str, Any] | None = None  # what the executor did
+        self.offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
+        self.last_clusters: dict[str, Any] = {}  # DYN and DYN-SYM at the last check
+        self.joined_at: dict[int, float] = {}  # churn joins: when each host last joined
 
-    def check(
+    def execute(self, schedule: Schedule | None, frames: dict[int, np.ndarray]) -> RunResult:
+        """Churn, then phases, then the jobs' drain; the summary is written however it ends."""
+        wall0 = time.monotonic()
+        status = "interrupted"
+        engine_summary: dict[str, Any] = {}
+        try:
+            if schedule is not None:
+                self._run_churn(schedule, frames)
+            self._run_phases()
+            if self.jobs is not None:
+                assert isinstance(self.engine, Feeding)
+                self.jobs.drain(self.engine, self.report.say)
+            engine_summary = self.engine.finish()
+            status = "complete"
+        finally:
+            self.run.teardown(self.engine.close)
+            self.actions.close()
+            self.checks_log.close()
+            result = self.run.finish(self._summary(status, wall0, engine_summary))
+        self.run.raise_teardown_error()
+        return result
+
+    # -- the two ways a run goes ----------------------------------------------------------------
+
+    def _run_churn(self, schedule: Schedule, frames: dict[int, np.ndarray]) -> None:
+        """Execute a churn schedule, checking after every quiet period."""
+        (self.run.dir / "schedule.jsonl").write_text(schedule.to_jsonl())
+        applied = self.run.log("applied.jsonl")
+        offers = self.offers
+        executor = self.executor = Executor(
+            schedule,
+            self.engine,
+            self.names,
+            self.topology.one_way_ms() / 1e3,
+            join=self._join,
+            frames=frames,
+            log=applied,
+            on_change=None
+            if offers is None
+            else lambda host: offers.changed(host, executor.expected),
+        )
+        self.expected = executor.expected
+        try:
+            executor.run(self.spec.churn.settle_s, self._quiet)  # type: ignore[union-attr]
+        finally:
+            applied.close()
+            self.churn_summary = executor.summary()
+
+    def _run_phases(self) -> None:
+        """Each phase: its hosts act at their times, then it settles and is checked."""
+        spec, engine, jobs = self.spec, self.engine, self.jobs
+        for number, phase in enumerate(spec.phases):
+            label = phase.name or f"{number}-{phase.action}"
+            hosts = _choose(
+                phase, engine, self.expected, self.topology.n, self.rng, self.names, self.host_of
+            )
+            times = _schedule(phase, len(hosts), engine.now)
+            points = _points(phase, len(hosts), spec.node, self.point_rng)
+            if jobs is not None and phase.action == "join":
+                points = [self._point_of(h) for h in hosts]
+            for host, when, point in zip(hosts, times, points, strict=True):
+                engine.advance(when)
+                _act(phase.action, host, engine, self.expected, self.rng, point)
+                if jobs is not None and phase.action == "join":
+                    jobs.joined(engine, host)
+                if self.offers is not None:
+                    self.offers.changed(host, self.expected)
+                self.actions.write(
+                    phase.action, sim_t=round(engine.now, 6), host=self.names[host], phase=label
+                )
+            engine.advance((times[-1] if times else engine.now) + phase.settle_s)
+            self._check(label, number)
+
+    # -- churn's callbacks ----------------------------------------------------------------------
+
+    def _join(self, host: int) -> None:
+        # Bootstraps among the hosts that should be members (asking the peers who is one
+        # costs the emulator a round trip to each), those that joined a join timeout ago
+        # first: a joiner whose bootstraps are all still joining themselves retries them for
+        # ever.
+        engine = self.engine
+        now = engine.now
+        settled = now - self.spec.node.join_timeout_s
+        others = sorted(self.expected - {host})
+        old = [h for h in others if self.joined_at.get(h, now) <= settled]
+        pool = old if len(old) >= 5 else others
+        engine.start(host, self._point_of(host))
+        engine.join(host, self.rng.sample(pool, min(5, len(pool))))
+        self.joined_at[host] = now
+        if self.jobs is not None:
+            self.jobs.joined(engine, host)
+        if self.offers is not None:
+            self.offers.changed(host, self.expected | {host})
+
+    def _quiet(self, at: Quiet) -> None:
+        executor = self.executor
+        assert executor is not None
+        extra = {
+            "quiet_s": at.quiet_s,
+            "settled": at.settled,
+            "departing": [self.names[h] for h in at.departing],
+        }
+        label = f"quiet@{at.t:.1f}s"
+        if not self._check(label, len(self.checks), executor.frozen, extra)["violations"]:
+            executor.recent.clear()
+
+    # -- checks and summary ---------------------------------------------------------------------
+
+    def _point_of(self, host: int) -> tuple[float, ...]:
+        if self.jobs is not None:
+            return self.jobs.point(host, self.point_rng)
+        return draw_point(self.spec.node, self.point_rng)
+
+    def _one_way_s(self) -> np.ndarray:
+        """The latencies now: the churn's current matrix, or the topology's."""
+        if self.executor is not None:
+            return self.executor.current
+        return self.topology.one_way_ms() / 1e3
+
+    def _check(
+        self,
         label: str,
         number: int,
         skip: frozenset[int] | set[int] = frozenset(),
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Check the invariants on every live peer's dump; log, keep and report the result."""
+        engine, names = self.engine, self.names
         dumps = engine.dumps()
         if skip:  # frozen peers answer nothing real (the emulator does not ask them)
-            dumps = [d for d in dumps if host_of[d["host"]] not in skip]
+            dumps = [d for d in dumps if self.host_of[d["host"]] not in skip]
         report = check_can(
-            config.can.space,
+            self.config.can.space,
             dumps,
-            expected_members=[names[h] for h in sorted(expected)],
-            routes=spec.routes_checked,
-            seed=spec.seed + number,
+            expected_members=[names[h] for h in sorted(self.expected)],
+            routes=self.spec.routes_checked,
+            seed=self.spec.seed + number,
             hosts_of=lambda ids: {i: names[h] for i, h in engine.hosts_of(ids).items()},
         )
-        if offers is not None:
-            one_way = current_one_way_s()
+        if self.offers is not None:
+            one_way = self._one_way_s()
+            rtt_ms = (one_way + one_way.T) * 1e3
             report.violations.extend(
-                offers.check(dumps, (one_way + one_way.T) * 1e3, names, {names[h] for h in skip})
+                self.offers.check(dumps, rtt_ms, names, {names[h] for h in skip})
             )
-            extra = {**(extra or {}), **offers.figures(dumps, (extra or {}).get("quiet_s"))}
-            last_clusters.clear()
-            last_clusters.update(offers.quality(dumps, (one_way + one_way.T) * 1e3, names))
+            extra = {**(extra or {}), **self.offers.figures(dumps, (extra or {}).get("quiet_s"))}
+            self.last_clusters.clear()
+            self.last_clusters.update(self.offers.quality(dumps, rtt_ms, names))
         result = {"phase": label, "t": round(engine.now, 3), **(extra or {}), **report.to_dict()}
-        if involved is not None and report.violations:
+        if self.executor is not None and report.violations:
             # What happened since the last clean check to the peers involved (and the network).
-            result["events"] = involved({p for v in report.violations for p in v.peers})
-        checks.append(_Check(engine.now, label, result))
-        checks_log.write("check", **result)
-        if on_phase is not None:
-            on_phase(label, result)
+            result["events"] = self.executor.involved(
+                {p for v in report.violations for p in v.peers}
+            )
+        self.checks.append(_Check(engine.now, label, result))
+        self.checks_log.write("check", **result)
+        self.report.phase(label, result)
         return result
 
-    try:
-        if schedule is not None:
-            (run_dir / "schedule.jsonl").write_text(schedule.to_jsonl())
-            applied = JsonLog(run_dir / "applied.jsonl")
-
-            joined_at: dict[int, float] = {}
-
-            def join(host: int) -> None:
-                # Bootstraps among the hosts that should be members (asking the
-                # peers who is one costs the emulator a round trip to each), those
-                # that joined a join timeout ago first: a joiner whose bootstraps
-                # are all still joining themselves retries them for ever.
-                now = engine.now
-                settled = now - spec.node.join_timeout_s
-                others = sorted(expected - {host})
-                old = [h for h in others if joined_at.get(h, now) <= settled]
-                pool = old if len(old) >= 5 else others
-                engine.start(host, point_of(host))
-                engine.join(host, rng.sample(pool, min(5, len(pool))))
-                joined_at[host] = now
-                if jobs is not None:
-                    jobs.joined(engine, host)
-                if offers is not None:
-                    offers.changed(host, expected | {host})
-
-            executor = Executor(
-                schedule,
-                engine,
-                names,
-                topology.one_way_ms() / 1e3,
-                join=join,
-                frames=frames,
-                log=applied,
-                on_change=None
-                if offers is None
-                else lambda host: offers.changed(host, executor.expected),
-            )
-            expected = executor.expected
-            involved = executor.involved
-            current_one_way_s = lambda: executor.current  # noqa: E731
-
-            def quiet(at: Quiet) -> None:
-                extra = {
-                    "quiet_s": at.quiet_s,
-                    "settled": at.settled,
-                    "departing": [names[h] for h in at.departing],
-                }
-                label = f"quiet@{at.t:.1f}s"
-                if not check(label, len(checks), executor.frozen, extra)["violations"]:
-                    executor.recent.clear()
-
+    def _summary(self, status: str, wall0: float, engine_summary: dict[str, Any]) -> dict[str, Any]:
+        jobs_summary: dict[str, Any] = {}
+        if self.jobs is not None:
             try:
-                executor.run(spec.churn.settle_s, quiet)  # type: ignore[union-attr]
-            finally:
-                applied.close()
-                churn_summary = executor.summary()
-        for number, phase in enumerate(spec.phases):
-            label = phase.name or f"{number}-{phase.action}"
-            hosts = _choose(phase, engine, expected, topology.n, rng, names, host_of)
-            times = _schedule(phase, len(hosts), engine.now)
-            points = _points(phase, len(hosts), spec.node, point_rng)
-            if jobs is not None and phase.action == "join":
-                points = [point_of(h) for h in hosts]
-            for host, when, point in zip(hosts, times, points, strict=True):
-                engine.advance(when)
-                _act(phase.action, host, engine, expected, rng, point)
-                if jobs is not None and phase.action == "join":
-                    jobs.joined(engine, host)
-                if offers is not None:
-                    offers.changed(host, expected)
-                actions.write(
-                    phase.action, sim_t=round(engine.now, 6), host=names[host], phase=label
-                )
-            engine.advance((times[-1] if times else engine.now) + phase.settle_s)
-            check(label, number)
-        if jobs is not None:
-            assert isinstance(engine, Feeding)
-            jobs.drain(engine, progress)
-        engine_summary = engine.finish()
-        status = "complete"
-    finally:
-        # Teardown always happens; an interrupted run still gets a summary of
-        # the checks it made (status tells which). A teardown problem while
-        # another error is on its way out must not hide that error.
-        teardown_error: BaseException | None = None
-        try:
-            engine.close()
-        except Exception as exc:  # re-raised below unless another error is pending
-            teardown_error = exc
-        actions.close()
-        checks_log.close()
-        if jobs is not None:
-            try:
-                jobs_summary = jobs.results()
+                jobs_summary = self.jobs.results()
             except Exception as exc:  # a half-run's results must not hide its error
                 jobs_summary = {"jobs_error": f"{type(exc).__name__}: {exc}"}
-        summary = {
+        checks, spec = self.checks, self.spec
+        churn = self.churn_summary
+        return {
             "name": spec.name,
             "engine": spec.engine,
             "status": status,
             "seed": spec.seed,
-            "hosts": topology.n,
-            "topology": topology.source,
+            "hosts": self.topology.n,
+            "topology": self.topology.source,
             "invariants": {
                 "violations": sum(c.report["violations"] for c in checks),
                 "checked_at": [round(c.t, 3) for c in checks],
                 "by_check": [c.report for c in checks],
             },
             "members_final": checks[-1].report["members"] if checks else 0,
-            **({"churn": churn_summary} if churn_summary is not None else {}),
-            **({"clusters": last_clusters} if last_clusters else {}),
+            **({"churn": churn} if churn is not None else {}),
+            **({"clusters": self.last_clusters} if self.last_clusters else {}),
             **jobs_summary,
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }
-        if teardown_error is not None:
-            summary["teardown_error"] = str(teardown_error)
-        write_json(run_dir / "summary.json", summary)
-        if teardown_error is not None and status == "complete":
-            raise teardown_error
-    return run_dir
 
 
 def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -> Schedule | None:

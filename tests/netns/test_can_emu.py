@@ -36,7 +36,7 @@ SPEC = {
 
 def test_churn_on_real_processes_leaves_no_violation(tmp_path):
     spec, data = load_spec(None, [], defaults=SPEC)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     checks = summary["invariants"]["by_check"]
     assert summary["status"] == "complete"

@@ -34,7 +34,7 @@ def test_a_churn_script_on_real_processes(tmp_path):
     script = tmp_path / "small.churn"
     script.write_text(SCRIPT)
     spec, data = load_spec(None, [f'churn.script="{script}"'], defaults=SPEC)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete"
     churn = summary["churn"]

@@ -65,7 +65,7 @@ def spec_for(tmp_path) -> dict:
 
 def test_real_peers_run_every_job_once_while_peers_crash(tmp_path):
     spec, data = load_spec(None, [], defaults=spec_for(tmp_path))
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete", summary
     jobs = summary["jobs"]

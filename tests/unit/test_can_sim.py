@@ -47,7 +47,7 @@ SMALL = {
 
 def run_small(tmp_path, name, overrides=()):
     spec, data = load_spec(None, list(overrides), defaults=SMALL)
-    return run_experiment(spec, data, out=tmp_path / name)
+    return run_experiment(spec, data, out=tmp_path / name).dir
 
 
 def test_churn_leaves_no_violation_after_each_quiet_period(tmp_path):

@@ -213,7 +213,7 @@ def test_a_run_under_a_script_checks_after_each_quiet_period(tmp_path):
         "at 160s stop",
     )
     spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=15"], defaults=SMALL)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert summary["churn"]["events_applied"] == summary["churn"]["events_scheduled"]
@@ -241,7 +241,7 @@ def test_violations_name_their_peers_and_the_events_behind_them(tmp_path):
         tmp_path, "p.churn", "from 0s to 16s join 75%\nfrom 40s to 50s partition random 50%"
     )
     spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=20"], defaults=SMALL)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     bad = [c for c in summary["invariants"]["by_check"] if c["violations"]]
     assert bad, summary["invariants"]
@@ -307,7 +307,7 @@ def test_a_run_driven_by_an_availability_trace(tmp_path):
     trace = write(tmp_path, "avail.trace", "\n".join(lines) + "\n")
     overrides = [f'churn.trace="{trace}"', 'churn.trace_down="crash"', "churn.settle_s=12"]
     spec, data = load_spec(None, overrides, defaults=SMALL)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
     assert [(a["kind"], a["hosts"][0], a["due_t"]) for a in applied if a["due_t"] > 0] == [
@@ -354,7 +354,7 @@ def test_a_takeover_before_the_crash_is_no_repair(tmp_path):
         "from 0s to 16s join 75%\nfrom 30s to 90s freeze random 1 of all\nat 60s crash oldest 18\n",
     )
     spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=15"], defaults=SMALL)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     repair = json.loads((run_dir / "summary.json").read_text())["repair_s"]
     assert repair["crashes"] == 18
     assert all(value >= 0 for value in repair["values"])

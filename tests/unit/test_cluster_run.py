@@ -37,7 +37,7 @@ def test_clusters_re_form_after_crashes_and_joins(tmp_path):
     spec, data = load_spec(
         None, [f'churn.script="{script}"', "churn.settle_s=25"], defaults=CLUSTERED
     )
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     checks = summary["invariants"]["by_check"]
     assert [c["members"] for c in checks] == [48, 43, 49]
@@ -127,7 +127,7 @@ def test_heads_that_measure_again_follow_a_latency_change(tmp_path, verify_s):
     overrides = [f'churn.script="{script}"', "churn.settle_s=25", f"clusters.verify_s={verify_s}"]
     spec, data = load_spec(None, overrides, defaults=CLUSTERED)
     summary = json.loads(
-        (run_experiment(spec, data, out=tmp_path / "run") / "summary.json").read_text()
+        (run_experiment(spec, data, out=tmp_path / "run").dir / "summary.json").read_text()
     )
     before, after = summary["invariants"]["by_check"]
     assert before["violations"] == 0 and before["clusters"]["own_size"]["max"] > 1

@@ -293,7 +293,7 @@ def test_a_simulated_jobs_run_accounts_for_every_job_once(tmp_path, seed):
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(SPEC.format(seed=seed))
     spec, data = load_spec(spec_path)
-    run_dir = run_experiment(spec, data, out=tmp_path / "run")
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
     summary = json.loads((run_dir / "summary.json").read_text())
     jobs = summary["jobs"]
     assert summary["status"] == "complete", summary
