@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["bounded_slowdown", "slowdown_stats"]
+__all__ = ["bounded_slowdown", "plot_slowdown", "slowdown_stats"]
 
 BOUND_S = 10.0
 
@@ -42,3 +43,25 @@ def slowdown_stats(values: Sequence[float]) -> dict[str, float | int | None]:
         "p99": round(float(np.percentile(array, 99)), 3),
         "max": round(float(array.max()), 3),
     }
+
+
+def plot_slowdown(path: Path, curves: dict[str, list[float]], title: str) -> None:
+    """The CDF of each variant's bounded slowdowns (log x), as a PNG."""
+    import matplotlib  # only to draw: a peer or a plain run never loads it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for variant, values in curves.items():
+        if values:
+            x = np.sort(np.asarray(values))
+            ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=variant)
+    ax.set_xscale("log")
+    ax.set_xlabel("bounded slowdown")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

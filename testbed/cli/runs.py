@@ -126,21 +126,17 @@ def campaign(
 def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
     """Run an experiment spec (an overlay experiment, or kind = "predict",
     "cluster" or "sched"); prints the run folder as its last line."""
-    from testbed.experiments.overlay import run_experiment
-    from testbed.experiments.run import Report
-    from testbed.spec import ClusterSpec, PredictSpec, SchedSpec, load_any_spec
+    from testbed.spec import load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
-    if isinstance(spec, PredictSpec):
-        print(_run_prediction(spec, data, out))
-        return
-    if isinstance(spec, ClusterSpec):
-        print(_run_clusters(spec, data, out))
-        return
-    if isinstance(spec, SchedSpec):
-        print(_run_sched(spec, data, out))
-        return
+    print(_SHOWN[spec.kind](spec, data, out))
+
+
+def _run_overlay(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
+    """Run an overlay spec with a status line and a line per check; print its tables."""
+    from testbed.experiments import Report, run_spec
+
     phases = Table(title=f"{spec.name} ({spec.engine}, seed {spec.seed})")
     for col in ("phase", "t (s)", "members", "violations", "routes", "hops"):
         phases.add_column(col)
@@ -175,13 +171,11 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
                 last_said[0] = time.monotonic()
                 err_console.print(f"  {line}")
 
-        result = run_experiment(
-            spec, data, out=out, report=Report(say=progress, phase=on_phase)
-        )
+        result = run_spec(spec, data, out=out, report=Report(say=progress, phase=on_phase))
     err_console.print(phases)
     if spec.jobs is not None:
         _print_jobs(result.summary)
-    print(result.dir)
+    return result.dir
 
 
 def _print_jobs(summary: dict[str, Any]) -> None:
@@ -222,11 +216,14 @@ def _print_jobs(summary: dict[str, Any]) -> None:
 
 def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
     """Run a cluster spec with a status line; print its table; return the run folder."""
-    from testbed.experiments.clusters import run_clusters
+    from testbed.experiments import Report, run_spec
 
     with err_console.status(f"{spec.name}") as status:
-        run_dir, summary = run_clusters(
-            spec, data, out=out, progress=lambda what: status.update(f"{spec.name}: {what}")
+        run_dir, summary = run_spec(
+            spec,
+            data,
+            out=out,
+            report=Report(say=lambda what: status.update(f"{spec.name}: {what}")),
         )
     table = Table(
         title=f"{spec.name}: {summary['hosts']:,} peers, D = {spec.diameter_ms:g} ms, "
@@ -266,10 +263,10 @@ def _run_clusters(spec: Any, data: dict, out: Path | None) -> Path:
 
 
 def _run_sched(spec: Any, data: dict, out: Path | None) -> Path:
-    from testbed.experiments.sched import run_sched
+    from testbed.experiments import Report, run_spec
 
     with err_console.status(f"scheduling {spec.name}") as status:
-        run_dir, summary = run_sched(spec, data, out=out, progress=status.update)
+        run_dir, summary = run_spec(spec, data, out=out, report=Report(say=status.update))
     load = summary["workload"]["offered_load_on_grid"]
     table = Table(
         title=f"{spec.name}: {summary['workload']['jobs']} jobs on {summary['nodes']} nodes"
@@ -308,7 +305,7 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
     """Run a prediction spec with a progress bar; print its table; return the run folder."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from testbed.experiments.predict import run_prediction
+    from testbed.experiments import Report, run_spec
 
     seeds = spec.seed_list()
     with Progress(
@@ -340,8 +337,9 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
                 pinging.append(progress.add_task("real pings: each peer measures all", total=hosts))
             progress.update(pinging[0], completed=done)
 
-        run_dir = run_prediction(spec, data, out=out, on_result=on_result, on_ping=on_ping)
-    summary = json.loads((run_dir / "summary.json").read_text())
+        run_dir, summary = run_spec(
+            spec, data, out=out, report=Report(result=on_result, ping=on_ping)
+        )
     # piped or logged, 80 columns would fold the numbers
     out = console if console.is_terminal else Console(file=sys.stdout, width=120)
     out.print(prediction_table(summary))
@@ -415,3 +413,12 @@ def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path
 
 
 # -- fuzz ----------------------------------------------------------------------------------------------
+
+
+# How `testbed run` shows each kind of spec: progress while it runs, its table after.
+_SHOWN = {
+    "can": _run_overlay,
+    "predict": _run_prediction,
+    "cluster": _run_clusters,
+    "sched": _run_sched,
+}

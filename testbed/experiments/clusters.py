@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
@@ -31,9 +30,9 @@ from testbed.analysis.clusters import cluster_quality
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.experiments.predict import Noise, predict_dtm
+from testbed.experiments.run import Report, Run, RunResult
 from testbed.linkmodel import LinkModel
 from testbed.net import new_run_id, plan_network
-from testbed.runs import new_run_dir, strip_none, write_json
 from testbed.sim import Simulator
 from testbed.spec import ClusterSpec, TopologySpec
 from testbed.topology import Topology, resolve_topology
@@ -65,84 +64,99 @@ def run_clusters(
     data: dict[str, Any],
     *,
     out: str | Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[Path, dict[str, Any]]:
-    """Run the spec; returns (run folder, summary)."""
-    say = progress or (lambda _: None)
+    report: Report | None = None,
+) -> RunResult:
+    """Build each of the spec's clusterings on its grid and measure them against the
+    matrix; writes clusters.json (every clustering's clusters) and summary.json."""
+    say = (report or Report()).say
     static = [n for n in spec.clustering_names() if n.upper() not in ("DYN", "DYN-SYM")]
     topology, groups = labelled_grid(spec.topology, spec.seed, spec.label if static else None)
-    run_dir = new_run_dir(spec.name, out)
-    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
-    rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
-    truth = (rtt + rtt.T) / 2
-    memberships = spec.memberships if spec.memberships is not None else spec.size
-    started = time.monotonic()
-    advertised: dict[str, list[tuple[int, ...]]] = {}
-    figures: dict[str, Any] = {}
-    if len(static) < len(spec.clustering_names()):
-        say(f"DTM predictions ({spec.prediction.trees} trees, {topology.n} hosts)")
-        noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
-        predicted, probes = predict_dtm(rtt, spec.prediction, spec.seed, noise)
-        predict_s = time.monotonic() - started
-        rng = random.Random(f"{spec.seed}/refine")
-        if spec.refinement.mode == "serialized":
-            say("refinement (serialized)")
-            refined = refine(
-                predicted,
+    with Run(spec.name, data, out) as run:
+        rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+        truth = (rtt + rtt.T) / 2
+        memberships = spec.memberships if spec.memberships is not None else spec.size
+        started = time.monotonic()
+        advertised: dict[str, list[tuple[int, ...]]] = {}
+        figures: dict[str, Any] = {}
+        if len(static) < len(spec.clustering_names()):
+            figures = _dynamic(spec, topology, rtt, truth, memberships, advertised, say)
+        for name in static:
+            advertised[name.upper()] = static_clustering(name, groups)
+        clusters = {}
+        for name in spec.clustering_names():
+            key = name.upper()
+            clusters[key] = cluster_quality(
+                advertised[key],
                 truth,
                 spec.diameter_ms,
-                spec.size,
-                memberships,
-                criterion=spec.criterion,
-                rng=rng,
-                aggregate=spec.aggregate,
+                max_size=spec.size,
+                max_memberships=memberships,
             )
-            advertised["DYN"] = refined.filtered
-            advertised["DYN-SYM"] = refined.symmetric
-            filtering = refined.measurements
-        else:
-            candidates = candidate_clusters(
-                predicted, spec.diameter_ms, spec.size, rng, spec.aggregate
-            )
-            dyn = refine_distributed(spec, topology, candidates, memberships, say)
-            advertised["DYN"], advertised["DYN-SYM"] = dyn.own, dyn.advertised
-            filtering = dyn.measured
-            figures["distributed"] = dyn.figures
-        figures["measurements_per_peer"] = {
-            "prediction": quantiles(probes.tolist()),
-            "filtering": quantiles(filtering),
-        }
-        figures["prediction_s"] = round(predict_s, 1)
-        figures["refinement_s"] = round(time.monotonic() - started - predict_s, 1)
-    for name in static:
-        advertised[name.upper()] = static_clustering(name, groups)
-    clusters = {}
-    for name in spec.clustering_names():
-        key = name.upper()
-        clusters[key] = cluster_quality(
-            advertised[key],
+        run.write_json("clusters.json", {k: [list(c) for c in v] for k, v in advertised.items()})
+        return run.finish(
+            {
+                "name": spec.name,
+                "kind": "cluster",
+                "seed": spec.seed,
+                "hosts": topology.n,
+                "topology": topology.source,
+                "diameter_ms": spec.diameter_ms,
+                "size": spec.size,
+                "memberships": memberships,
+                "criterion": spec.criterion,
+                "clusters": clusters,
+                **figures,
+                "wall_s": round(time.monotonic() - started, 1),
+            }
+        )
+
+
+def _dynamic(
+    spec: ClusterSpec,
+    topology: Topology,
+    rtt: np.ndarray,
+    truth: np.ndarray,
+    memberships: int,
+    advertised: dict[str, list[tuple[int, ...]]],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """DYN and DYN-SYM (into `advertised`): DTM's predictions, then refinement, serialized
+    or by every peer's agent; returns their figures for the summary."""
+    started = time.monotonic()
+    figures: dict[str, Any] = {}
+    say(f"DTM predictions ({spec.prediction.trees} trees, {topology.n} hosts)")
+    noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
+    predicted, probes = predict_dtm(rtt, spec.prediction, spec.seed, noise)
+    predict_s = time.monotonic() - started
+    rng = random.Random(f"{spec.seed}/refine")
+    if spec.refinement.mode == "serialized":
+        say("refinement (serialized)")
+        refined = refine(
+            predicted,
             truth,
             spec.diameter_ms,
-            max_size=spec.size,
-            max_memberships=memberships,
+            spec.size,
+            memberships,
+            criterion=spec.criterion,
+            rng=rng,
+            aggregate=spec.aggregate,
         )
-    write_json(run_dir / "clusters.json", {k: [list(c) for c in v] for k, v in advertised.items()})
-    summary = {
-        "name": spec.name,
-        "kind": "cluster",
-        "seed": spec.seed,
-        "hosts": topology.n,
-        "topology": topology.source,
-        "diameter_ms": spec.diameter_ms,
-        "size": spec.size,
-        "memberships": memberships,
-        "criterion": spec.criterion,
-        "clusters": clusters,
-        **figures,
-        "wall_s": round(time.monotonic() - started, 1),
+        advertised["DYN"] = refined.filtered
+        advertised["DYN-SYM"] = refined.symmetric
+        filtering = refined.measurements
+    else:
+        candidates = candidate_clusters(predicted, spec.diameter_ms, spec.size, rng, spec.aggregate)
+        dyn = refine_distributed(spec, topology, candidates, memberships, say)
+        advertised["DYN"], advertised["DYN-SYM"] = dyn.own, dyn.advertised
+        filtering = dyn.measured
+        figures["distributed"] = dyn.figures
+    figures["measurements_per_peer"] = {
+        "prediction": quantiles(probes.tolist()),
+        "filtering": quantiles(filtering),
     }
-    write_json(run_dir / "summary.json", summary)
-    return run_dir, summary
+    figures["prediction_s"] = round(predict_s, 1)
+    figures["refinement_s"] = round(time.monotonic() - started - predict_s, 1)
+    return figures
 
 
 @dataclass

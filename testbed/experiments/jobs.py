@@ -39,6 +39,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -47,10 +49,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from node.can.geometry import Dimension, Space
+from node.cluster import static_clustering
+from node.sched.agent import SchedConfig
 from node.wire import JobInfo
-from testbed.analysis.slowdown import BOUND_S, bounded_slowdown, slowdown_stats
+from testbed.analysis.slowdown import BOUND_S, bounded_slowdown, plot_slowdown, slowdown_stats
 from testbed.analysis.stats import quantiles
-from testbed.workload import Workload, describe
+from testbed.errors import InputError
+from testbed.models.central import central_fcfs
+from testbed.workload import Workload, describe, prepare_workload
 
 __all__ = [
     "Feeding",
@@ -390,11 +397,6 @@ class JobsRun:
     trace; and, at the end, what goes into the run folder."""
 
     def __init__(self, spec: Any, topology: Any, names: Sequence[str], run_dir: Any) -> None:
-        from node.can.geometry import Dimension, Space
-        from node.cluster import static_clustering
-        from testbed.errors import InputError
-        from testbed.experiments.sched import prepare_workload
-
         jobs = spec.jobs
         self.spec = jobs
         groups = [lab.get(jobs.label) for lab in topology.labels] if topology.labels else []
@@ -441,12 +443,8 @@ class JobsRun:
         self.run_dir = run_dir
         self.started: set[int] = set()  # hosts that ran a peer at some point
 
-    def sched_config(self) -> Any:
+    def sched_config(self) -> SchedConfig:
         """The peers' SchedConfig: every field of the same name in [jobs]."""
-        import dataclasses
-
-        from node.sched.agent import SchedConfig
-
         j = self.spec
         given = {
             f.name: getattr(j, f.name)
@@ -478,11 +476,6 @@ class JobsRun:
 
     def results(self) -> dict[str, Any]:
         """Writes jobs.jsonl and slowdown.png; returns the summary's parts."""
-        import json
-
-        from testbed.experiments.sched import plot_slowdown
-        from testbed.models.central import central_fcfs
-
         rows = self.client.results()
         with open(self.run_dir / "jobs.jsonl", "w", encoding="utf-8") as out:
             for row in rows:

@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tomli_w
 
 from node.coord.dtm import Dtm, DtmConfig
 from node.coord.gnp import GnpConfig, solve_host, solve_landmarks
 from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, error_percentiles, pair_errors
+from testbed.experiments.run import Report, Run, RunResult
 from testbed.pool import worker_signals
-from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
 from testbed.spec import (
     DtmTechnique,
     GnpTechnique,
@@ -427,7 +426,7 @@ def _emulated(
 ) -> Iterator[dict[str, Any]]:
     """Ping on the emulator, then yield each technique and seed on those pings;
     the same run on the configured matrix goes to `sim`, the pings' figures to `emu`."""
-    from testbed.engines.pings import ping_all_pairs
+    from testbed.engines.pings import ping_all_pairs  # pyroute2, Mininet: emulated runs only
 
     topology = _topology(spec.topology, seeds[0], seeds[0])
     n = len(topology.rtt_ms)
@@ -509,100 +508,111 @@ def run_prediction(
     data: dict[str, Any],
     *,
     out: str | Path | None = None,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
-    on_ping: Callable[[int, int], None] | None = None,
-) -> Path:
+    report: Report | None = None,
+) -> RunResult:
     """Run a prediction spec: every technique once per seed on the spec's matrix,
     the seeds side by side on `spec.workers` processes. Writes spec.toml,
-    runs.jsonl (one line per technique and seed, as they finish),
-    summary.json (`prediction.<technique>.{p50,p95,p99,max}`, probes per host,
-    the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
+    runs.jsonl (one line per technique and seed, as they finish; `report.result`
+    hears each), summary.json (`prediction.<technique>.{p50,p95,p99,max}`, probes
+    per host, the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
     interrupted run keeps what finished (status "interrupted").
 
     On the emulator (engine "emu") every peer first pings every other for real
-    (testbed.engines.pings; `on_ping(hosts done, hosts)`), the techniques read
+    (testbed.engines.pings; `report.ping(hosts done, hosts)`), the techniques read
     those pings, and the same techniques and seeds run on the configured
     matrix as well: summary.json's `sim` and `emu_minus_sim`."""
+    report = report or Report()
     seeds = spec.seed_list()
     emulated = spec.engine == "emu"
     # A ref with {seed} (e.g. "sharcnet:{seed}") gives each seed its own map; a
     # random pick of hosts follows the seed then, else the first seed.
     sources = list(dict.fromkeys(_topology(spec.topology, seed, seeds[0]).source for seed in seeds))
     hosts = len(_topology(spec.topology, seeds[0], seeds[0]).rtt_ms)
-    run_dir = new_run_dir(spec.name, out)
-    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
-    noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
-    jobs = [
-        (tech, seed, noise, spec.boundary_ms, spec.topology, seeds[0])
-        for tech in spec.techniques
-        for seed in seeds
-    ]
-    workers = 1 if emulated else min(spec.workers or os.cpu_count() or 1, len(jobs))
-    log = JsonLog(run_dir / "runs.jsonl")
-    done: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
-    sim: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
-    emu: dict[str, Any] = {}
-    status = "interrupted"
-    wall0 = time.monotonic()
-    try:
-        if emulated:
-            results = _emulated(spec, run_dir, noise, seeds, sim, emu, on_ping)
-        else:
-            results = _results(jobs, workers)
-        for result in results:
-            done[result["technique"]].append(result)
-            log.write("run", **{k: v for k, v in result.items() if k != "errors"})
-            if on_result is not None:
-                on_result(result)
-        status = "complete"
-    finally:
-        log.close()
-        summary: dict[str, Any] = {
-            "name": spec.name,
-            "kind": "predict",
-            "engine": spec.engine,
-            "status": status,
-            "hosts": hosts,
-            "topology": sources[0] if len(sources) == 1 else sources,
-            "seeds": seeds,
-            "workers": workers,
-            "wall_s": round(time.monotonic() - wall0, 3),
-            "prediction": {name: _pool(runs) for name, runs in done.items() if runs},
-        }
-        if emulated:
-            summary["pings"] = emu
-            summary["sim"] = {name: _pool(runs) for name, runs in sim.items() if runs}
-            summary["emu_minus_sim"] = {
-                name: {
-                    q: round(summary["prediction"][name][q] - summary["sim"][name][q], 4)
-                    for q in ("p50", "p95", "p99")
+    with Run(spec.name, data, out) as run:
+        noise = Noise(spec.noise.sigma, spec.noise.spike, spec.noise.spike_scale)
+        jobs = [
+            (tech, seed, noise, spec.boundary_ms, spec.topology, seeds[0])
+            for tech in spec.techniques
+            for seed in seeds
+        ]
+        workers = 1 if emulated else min(spec.workers or os.cpu_count() or 1, len(jobs))
+        log = run.log("runs.jsonl")
+        done: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
+        sim: dict[str, list[dict[str, Any]]] = {t.name: [] for t in spec.techniques}
+        emu: dict[str, Any] = {}
+        status = "interrupted"
+        wall0 = time.monotonic()
+        try:
+            if emulated:
+                results = _emulated(spec, run.dir, noise, seeds, sim, emu, report.ping)
+            else:
+                results = _results(jobs, workers)
+            for result in results:
+                done[result["technique"]].append(result)
+                log.write("run", **{k: v for k, v in result.items() if k != "errors"})
+                report.result(result)
+            status = "complete"
+        finally:
+            log.close()
+            summary: dict[str, Any] = {
+                "name": spec.name,
+                "kind": "predict",
+                "engine": spec.engine,
+                "status": status,
+                "hosts": hosts,
+                "topology": sources[0] if len(sources) == 1 else sources,
+                "seeds": seeds,
+                "workers": workers,
+                "wall_s": round(time.monotonic() - wall0, 3),
+                "prediction": {name: _pool(runs) for name, runs in done.items() if runs},
+            }
+            if emulated:
+                _emu_minus_sim(summary, emu, sim)
+            if spec.paper is not None:
+                summary["paper"] = {
+                    "table": spec.paper,
+                    "source": PAPER_SOURCE[spec.paper],
+                    "rows": {k: list(v) for k, v in paper_rows(spec.paper).items()},
                 }
-                for name in summary["sim"]
-                if name in summary["prediction"]
-            }
-        if spec.paper is not None:
-            summary["paper"] = {
-                "table": spec.paper,
-                "source": PAPER_SOURCE[spec.paper],
-                "rows": {k: list(v) for k, v in paper_rows(spec.paper).items()},
-            }
-        write_json(run_dir / "summary.json", summary)
-        pooled = {
-            name: np.concatenate([r["errors"] for r in runs]) for name, runs in done.items() if runs
+            result = run.finish(summary)
+            _write_cdfs(run.dir, done, f"{spec.name}: {hosts} hosts, seeds {seeds}")
+        return result
+
+
+def _emu_minus_sim(
+    summary: dict[str, Any], pings: dict[str, Any], sim: dict[str, list[dict[str, Any]]]
+) -> None:
+    """An emulated run's pings, its techniques on the configured matrix, and the gap."""
+    summary["pings"] = pings
+    summary["sim"] = {name: _pool(runs) for name, runs in sim.items() if runs}
+    summary["emu_minus_sim"] = {
+        name: {
+            q: round(summary["prediction"][name][q] - summary["sim"][name][q], 4)
+            for q in ("p50", "p95", "p99")
         }
-        if pooled:
-            q = np.linspace(0, 1, 1001)
-            table = np.column_stack([q, *(np.quantile(v, q) for v in pooled.values())])
-            np.savetxt(
-                run_dir / "cdf.csv",
-                table,
-                delimiter=",",
-                header="fraction," + ",".join(pooled),
-                comments="",
-                fmt="%.6g",
-            )
-            write_cdf(run_dir / "cdf.png", pooled, f"{spec.name}: {hosts} hosts, seeds {seeds}")
-    return run_dir
+        for name in summary["sim"]
+        if name in summary["prediction"]
+    }
+
+
+def _write_cdfs(run_dir: Path, done: dict[str, list[dict[str, Any]]], title: str) -> None:
+    """cdf.csv and cdf.png: each technique's relative errors, pooled over its seeds."""
+    pooled = {
+        name: np.concatenate([r["errors"] for r in runs]) for name, runs in done.items() if runs
+    }
+    if not pooled:
+        return
+    q = np.linspace(0, 1, 1001)
+    table = np.column_stack([q, *(np.quantile(v, q) for v in pooled.values())])
+    np.savetxt(
+        run_dir / "cdf.csv",
+        table,
+        delimiter=",",
+        header="fraction," + ",".join(pooled),
+        comments="",
+        fmt="%.6g",
+    )
+    write_cdf(run_dir / "cdf.png", pooled, title)
 
 
 def probe_cost(

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import tomli_w
 
@@ -52,9 +52,9 @@ class Report:
     ping: Callable[[int, int], None] = _ignore
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """A finished (or interrupted) run: its folder and what summary.json says."""
+class RunResult(NamedTuple):
+    """A finished (or interrupted) run: its folder and what summary.json says (a pair, so
+    `run_dir, summary = run_sched(...)` reads as it always did)."""
 
     dir: Path
     summary: dict[str, Any]

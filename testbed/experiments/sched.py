@@ -21,32 +21,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
 from node.cluster import static_clustering
 from node.cluster.refine import refine
-from testbed.analysis.slowdown import bounded_slowdown, slowdown_stats
+from testbed.analysis.slowdown import bounded_slowdown, plot_slowdown, slowdown_stats
 from testbed.analysis.stats import quantiles
-from testbed.errors import InputError
 from testbed.experiments.clusters import labelled_grid
 from testbed.experiments.predict import Noise, predict_dtm
+from testbed.experiments.run import Report, Run, RunResult
 from testbed.models.central import Placement, central_fcfs
 from testbed.models.p2psched import Outcome, Policy, decentralised
-from testbed.runs import JsonLog, new_run_dir, strip_none, write_json
-from testbed.spec import SchedSpec, WorkloadSpec
+from testbed.runs import JsonLog
+from testbed.spec import SchedSpec
 from testbed.workload import (
     Workload,
-    compress,
     describe,
-    head,
-    read_swf,
-    scale_runtime,
-    select,
-    shortest_slice,
+    prepare_workload,
     write_swf,
 )
 
-__all__ = ["plot_slowdown", "prepare_workload", "run_sched"]
+__all__ = ["run_sched"]
 
 # The thesis's figures for its intense 1,000-job SHARCNET set (seed 002 §4.3.2,
 # Table 4.1, Table 5.7): bounded slowdown per variant, total over-provisioning.
@@ -89,39 +83,16 @@ PAPER: dict[str, dict[str, float]] = {
 }
 
 
-def prepare_workload(w: WorkloadSpec, nodes: int) -> Workload:
-    """The trace after the spec's steps; `load` compresses the submissions so
-    that the work offered per second is `load` times the grid's `nodes`."""
-    workload = select(read_swf(w.trace), min_size=w.min_size, max_size=w.max_size)
-    if w.slice is not None:
-        if len(workload) < w.slice:
-            raise InputError(
-                f"workload.slice: {w.slice} jobs asked, the trace has {len(workload)} after selection",
-                source=w.trace,
-            )
-        workload = shortest_slice(workload, w.slice)
-    if w.runtime_scale != 1.0:
-        workload = scale_runtime(workload, w.runtime_scale)
-    window = w.window_s
-    if w.load is not None:
-        work = sum(j.size * j.runtime_s for j in workload.jobs)
-        window = work / (w.load * nodes)
-    if window is not None:
-        workload = compress(workload, window)
-    if w.first is not None:
-        workload = head(workload, w.first)
-    return workload
-
-
 def run_sched(
     spec: SchedSpec,
     data: dict[str, Any],
     *,
     out: str | Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[Path, dict[str, Any]]:
-    """Run the spec; returns (run folder, summary)."""
-    say = progress or (lambda _: None)
+    report: Report | None = None,
+) -> RunResult:
+    """Schedule the spec's workload with each scheduler on each clustering; writes the
+    workload, each variant's placements, summary.json and slowdown.png."""
+    say = (report or Report()).say
     started = time.monotonic()
     names = [c.strip().upper() for c in spec.clusterings]
     static = [c for c in names if not c.startswith("DYN")]
@@ -130,80 +101,104 @@ def run_sched(
     latency = np.maximum(rtt, rtt.T)  # a pair is as close as its slower way
     say(f"workload {spec.workload.trace}")
     workload = prepare_workload(spec.workload, topology.n)
-    run_dir = new_run_dir(spec.name, out)
-    (run_dir / "spec.toml").write_text(tomli_w.dumps(strip_none(data)))
-    write_swf(workload, run_dir / "workload.swf")
-    submitted = len(workload)
-    jobs: dict[str, Any] = {}
-    slowdown: dict[str, Any] = {}
-    waits: dict[str, Any] = {}
-    utilisation: dict[str, float] = {}
-    traffic: dict[str, Any] = {}
-    curves: dict[str, list[float]] = {}
-    dynamic: dict[int, Any] = {}
-    for clustering in names:
-        clusters = _clustering(spec, clustering, groups, rtt, dynamic, say)
-        usable = _within(clusters, latency, spec.latency_ms)
-        can = None
-        for variant, policy in _variants(spec, clustering):
-            say(f"{variant}: {submitted} jobs on {topology.n} nodes")
-            if policy is None:
-                placements, unfit = central_fcfs(workload, usable)
-                widest = max(len(c) for c in usable)
-                failed = [
-                    (j, f"wider than every cluster within the latency bound ({widest})")
-                    for j in unfit
-                ]
-                lost: list[tuple[int, str]] = []
-            else:
-                outcome, can = decentralised(
-                    workload,
-                    clusters,
-                    latency,
-                    policy,
-                    job_latency_ms=spec.latency_ms,
-                    seed=spec.seed,
-                    can=can,
-                )
-                placements, failed, lost = outcome.placements, outcome.failed, outcome.lost
-                traffic[variant] = _traffic(outcome, submitted, placements, topology.n)
-            _placements_log(run_dir / f"placements-{_file_name(variant)}.jsonl", placements)
-            values = [bounded_slowdown(p.wait_s, p.end_s - p.start_s) for p in placements]
-            jobs[variant] = {
-                "submitted": submitted,
-                "completed": len(placements),
-                "failed": len(failed),
-                "lost": submitted - len(placements) - len(failed),
-                "failures": [{"job": j, "reason": r} for j, r in failed[:20]],
-                "lost_jobs": [{"job": j, "reason": r} for j, r in lost[:20]],
+    with Run(spec.name, data, out) as run:
+        write_swf(workload, run.dir / "workload.swf")
+        tally = _Tally(len(workload), topology.n)
+        dynamic: dict[int, Any] = {}
+        for clustering in names:
+            clusters = _clustering(spec, clustering, groups, rtt, dynamic, say)
+            usable = _within(clusters, latency, spec.latency_ms)
+            can = None
+            for variant, policy in _variants(spec, clustering):
+                say(f"{variant}: {len(workload)} jobs on {topology.n} nodes")
+                if policy is None:
+                    placements, failed, lost = _central(workload, usable)
+                else:
+                    outcome, can = decentralised(
+                        workload,
+                        clusters,
+                        latency,
+                        policy,
+                        job_latency_ms=spec.latency_ms,
+                        seed=spec.seed,
+                        can=can,
+                    )
+                    placements, failed, lost = outcome.placements, outcome.failed, outcome.lost
+                    tally.traffic[variant] = _traffic(
+                        outcome, len(workload), placements, topology.n
+                    )
+                _placements_log(run.dir / f"placements-{_file_name(variant)}.jsonl", placements)
+                tally.add(variant, placements, failed, lost)
+        result = run.finish(
+            {
+                "name": spec.name,
+                "kind": "sched",
+                "seed": spec.seed,
+                "nodes": topology.n,
+                "topology": topology.source,
+                "latency_ms": spec.latency_ms,
+                "workload": describe(workload)
+                | {"offered_load_on_grid": _load(workload, topology.n)},
+                "jobs": _totals(tally.jobs),
+                "by_variant": tally.jobs,
+                "slowdown": tally.slowdown,
+                "wait_s": tally.waits,
+                "utilisation": tally.utilisation,
+                "traffic": tally.traffic,
+                "clusterings": {str(k): v["figures"] for k, v in dynamic.items()},
+                "paper": {k: v for k, v in PAPER.items() if k in tally.slowdown},
+                "wall_s": round(time.monotonic() - started, 1),
             }
-            slowdown[variant] = slowdown_stats(values)
-            waits[variant] = quantiles([p.wait_s for p in placements])
-            span = max((p.end_s for p in placements), default=0.0)
-            busy = sum(len(p.nodes) * (p.end_s - p.start_s) for p in placements)
-            utilisation[variant] = round(busy / (span * topology.n), 4) if span > 0 else 0.0
-            curves[variant] = values
-    summary = {
-        "name": spec.name,
-        "kind": "sched",
-        "seed": spec.seed,
-        "nodes": topology.n,
-        "topology": topology.source,
-        "latency_ms": spec.latency_ms,
-        "workload": describe(workload) | {"offered_load_on_grid": _load(workload, topology.n)},
-        "jobs": _totals(jobs),
-        "by_variant": jobs,
-        "slowdown": slowdown,
-        "wait_s": waits,
-        "utilisation": utilisation,
-        "traffic": traffic,
-        "clusterings": {str(k): v["figures"] for k, v in dynamic.items()},
-        "paper": {k: v for k, v in PAPER.items() if k in slowdown},
-        "wall_s": round(time.monotonic() - started, 1),
-    }
-    write_json(run_dir / "summary.json", summary)
-    plot_slowdown(run_dir / "slowdown.png", curves, spec.name)
-    return run_dir, summary
+        )
+        plot_slowdown(run.dir / "slowdown.png", tally.curves, spec.name)
+        return result
+
+
+def _central(
+    workload: Workload, usable: list[tuple[int, ...]]
+) -> tuple[list[Placement], list[tuple[int, str]], list[tuple[int, str]]]:
+    """The idealised central FCFS scheduler: (placements, failed, lost); it loses none."""
+    placements, unfit = central_fcfs(workload, usable)
+    widest = max(len(c) for c in usable)
+    failed = [(j, f"wider than every cluster within the latency bound ({widest})") for j in unfit]
+    return placements, failed, []
+
+
+class _Tally:
+    """Each variant's figures, as the summary reports them."""
+
+    def __init__(self, submitted: int, nodes: int) -> None:
+        self.submitted, self.nodes = submitted, nodes
+        self.jobs: dict[str, Any] = {}
+        self.slowdown: dict[str, Any] = {}
+        self.waits: dict[str, Any] = {}
+        self.utilisation: dict[str, float] = {}
+        self.traffic: dict[str, Any] = {}
+        self.curves: dict[str, list[float]] = {}
+
+    def add(
+        self,
+        variant: str,
+        placements: list[Placement],
+        failed: list[tuple[int, str]],
+        lost: list[tuple[int, str]],
+    ) -> None:
+        submitted = self.submitted
+        values = [bounded_slowdown(p.wait_s, p.end_s - p.start_s) for p in placements]
+        self.jobs[variant] = {
+            "submitted": submitted,
+            "completed": len(placements),
+            "failed": len(failed),
+            "lost": submitted - len(placements) - len(failed),
+            "failures": [{"job": j, "reason": r} for j, r in failed[:20]],
+            "lost_jobs": [{"job": j, "reason": r} for j, r in lost[:20]],
+        }
+        self.slowdown[variant] = slowdown_stats(values)
+        self.waits[variant] = quantiles([p.wait_s for p in placements])
+        span = max((p.end_s for p in placements), default=0.0)
+        busy = sum(len(p.nodes) * (p.end_s - p.start_s) for p in placements)
+        self.utilisation[variant] = round(busy / (span * self.nodes), 4) if span > 0 else 0.0
+        self.curves[variant] = values
 
 
 def _variants(spec: SchedSpec, clustering: str) -> list[tuple[str, Policy | None]]:
@@ -321,25 +316,3 @@ def _totals(jobs: dict[str, Any]) -> dict[str, int]:
     """Over all variants: every job of every variant, so `lost` is 0 only if no variant lost one."""
     keys = ("submitted", "completed", "failed", "lost")
     return {k: sum(v[k] for v in jobs.values()) for k in keys}
-
-
-def plot_slowdown(path: Path, curves: dict[str, list[float]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    for variant, values in curves.items():
-        if values:
-            x = np.sort(np.asarray(values))
-            ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=variant)
-    ax.set_xscale("log")
-    ax.set_xlabel("bounded slowdown")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from testbed.experiments.predict import run_prediction
+from testbed.experiments.run import Report
 from testbed.net._clean import netns_of_run
 from testbed.spec import load_any_spec
 
@@ -50,8 +51,8 @@ def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
             spec,
             data,
             out=tmp_path / f"run{attempt}",
-            on_ping=lambda done, n, pinged=pinged: pinged.append((done, n)),
-        )
+            report=Report(ping=lambda done, n, pinged=pinged: pinged.append((done, n))),
+        ).dir
         pings = json.loads((run / "pings.json").read_text())
         samples = pings["samples_ms"]
         configured = np.array(pings["configured_ms"])

@@ -50,3 +50,15 @@ def test_workload_slices_and_saves(tmp_path):
     figures = json.loads(result.output)
     assert figures["jobs"] == 1000 and figures["span_s"] == 643 and figures["size_max"] == 20
     assert out.read_text().count("\n") > 1000
+
+
+def test_run_prints_the_run_folder_as_its_last_line(tmp_path: Path) -> None:
+    # Scripts rely on it: `testbed run SPEC` ends with the folder, for every kind of spec.
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(
+        'name = "tiny"\nengine = "sim"\n[topology]\nref = "planetlab"\nhosts = 6\n'
+        '[[phases]]\naction = "join"\ncount = 6\nover_s = 5\nsettle_s = 20\n'
+    )
+    result = CliRunner().invoke(cli, ["run", str(spec), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == str(tmp_path / "run")

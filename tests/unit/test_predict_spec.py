@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from testbed.cli import cli
 from testbed.errors import InputError
 from testbed.experiments.predict import _fittest, predict, run_prediction
+from testbed.experiments.run import Report
 from testbed.spec import DtmTechnique, PredictSpec, load_any_spec, load_spec
 from tests.unit.test_coord import euclidean, tree_metric
 
@@ -65,8 +66,10 @@ nearby = 4
         "viv",
     ]
     seen = []
-    run = run_prediction(spec, data, out=tmp_path / "run", on_result=seen.append)
-    summary = json.loads((run / "summary.json").read_text())
+    run, summary = run_prediction(
+        spec, data, out=tmp_path / "run", report=Report(result=seen.append)
+    )
+    assert summary == json.loads((run / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["seeds"] == [4, 7]
     assert summary["hosts"] == 40 and len(seen) == 6
     dtm = summary["prediction"]["dtm"]
