@@ -507,6 +507,61 @@ class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
         return list(range(1, self.seeds + 1)) if isinstance(self.seeds, int) else list(self.seeds)
 
 
+def _check_dtm(tech: DtmTechnique, where: str, fail: Callable[[str, str], None]) -> None:
+    if tech.simulated_joins < 1:
+        fail(f"{where}.simulated_joins", "must be at least 1")
+    if tech.branch_sample < 2:
+        fail(f"{where}.branch_sample", "must be at least 2")
+    if tech.near_points < 0:
+        fail(f"{where}.near_points", "must be at least 0 (0: off)")
+    if not 0 <= tech.tolerance < 0.5:
+        fail(f"{where}.tolerance", "must be within [0, 0.5)")
+    if not 0 <= tech.jump <= 1:
+        fail(f"{where}.jump", "must be within [0, 1] (a share of d(base, c); 0: off)")
+    if tech.leaf_hosts < 0:
+        fail(f"{where}.leaf_hosts", "must be at least 0 (0: off)")
+    if not 0 <= tech.snap <= 1:
+        fail(f"{where}.snap", "must be within [0, 1] (a share of c's leaf; 0: off)")
+    if tech.leaf_sample < 0:
+        fail(f"{where}.leaf_sample", "must be at least 0 (0: as branch_sample allows)")
+    if tech.trees < 1:
+        fail(f"{where}.trees", "must be at least 1")
+    if not 0 <= tech.tree_quantile <= 1:
+        fail(f"{where}.tree_quantile", "must be within 0..1 (0.5: the median)")
+    if tech.round_above_ms is not None and not tech.round_above_ms > 0:
+        fail(f"{where}.round_above_ms", "must be a positive number of ms")
+
+
+def _check_gnp(tech: GnpTechnique, where: str, fail: Callable[[str, str], None]) -> None:
+    if not 1 <= tech.dims <= 16:
+        fail(f"{where}.dims", f"must be within 1..16, not {tech.dims}")
+    if tech.landmarks < tech.dims + 1:
+        fail(f"{where}.landmarks", f"must be at least dims + 1 = {tech.dims + 1}")
+    if tech.landmark_starts < 1 or tech.host_starts < 1:
+        fail(where, "landmark_starts and host_starts must be at least 1")
+
+
+def _check_vivaldi(tech: VivaldiTechnique, where: str, fail: Callable[[str, str], None]) -> None:
+    if not 1 <= tech.dims <= 64:
+        fail(f"{where}.dims", f"must be within 1..64, not {tech.dims}")
+    for name in ("cc", "ce"):
+        if not 0 < getattr(tech, name) <= 1:
+            fail(f"{where}.{name}", "must be within (0, 1]")
+    if isinstance(tech.rounds, int) and tech.rounds < 1:
+        fail(f"{where}.rounds", 'must be at least 1, or "n2" or "nlogn"')
+    if tech.neighbours is not None and tech.neighbours < 1:
+        fail(f"{where}.neighbours", "must be at least 1 (or left out: any host)")
+    if not 0 <= tech.nearby <= (tech.neighbours or 0):
+        fail(f"{where}.nearby", "must be within 0..neighbours")
+
+
+_TECHNIQUE_CHECKS = {
+    DtmTechnique: _check_dtm,
+    GnpTechnique: _check_gnp,
+    VivaldiTechnique: _check_vivaldi,
+}
+
+
 def _check_predict(spec: PredictSpec, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
@@ -536,48 +591,7 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
             fail(f"{where}.samples", f"must be at least 1, not {tech.samples}")
         if tech.stream < 0:
             fail(f"{where}.stream", f"must be at least 0 (0: the default), not {tech.stream}")
-        if isinstance(tech, DtmTechnique):
-            if tech.simulated_joins < 1:
-                fail(f"{where}.simulated_joins", "must be at least 1")
-            if tech.branch_sample < 2:
-                fail(f"{where}.branch_sample", "must be at least 2")
-            if tech.near_points < 0:
-                fail(f"{where}.near_points", "must be at least 0 (0: off)")
-            if not 0 <= tech.tolerance < 0.5:
-                fail(f"{where}.tolerance", "must be within [0, 0.5)")
-            if not 0 <= tech.jump <= 1:
-                fail(f"{where}.jump", "must be within [0, 1] (a share of d(base, c); 0: off)")
-            if tech.leaf_hosts < 0:
-                fail(f"{where}.leaf_hosts", "must be at least 0 (0: off)")
-            if not 0 <= tech.snap <= 1:
-                fail(f"{where}.snap", "must be within [0, 1] (a share of c's leaf; 0: off)")
-            if tech.leaf_sample < 0:
-                fail(f"{where}.leaf_sample", "must be at least 0 (0: as branch_sample allows)")
-            if tech.trees < 1:
-                fail(f"{where}.trees", "must be at least 1")
-            if not 0 <= tech.tree_quantile <= 1:
-                fail(f"{where}.tree_quantile", "must be within 0..1 (0.5: the median)")
-            if tech.round_above_ms is not None and not tech.round_above_ms > 0:
-                fail(f"{where}.round_above_ms", "must be a positive number of ms")
-        elif isinstance(tech, GnpTechnique):
-            if not 1 <= tech.dims <= 16:
-                fail(f"{where}.dims", f"must be within 1..16, not {tech.dims}")
-            if tech.landmarks < tech.dims + 1:
-                fail(f"{where}.landmarks", f"must be at least dims + 1 = {tech.dims + 1}")
-            if tech.landmark_starts < 1 or tech.host_starts < 1:
-                fail(where, "landmark_starts and host_starts must be at least 1")
-        else:
-            if not 1 <= tech.dims <= 64:
-                fail(f"{where}.dims", f"must be within 1..64, not {tech.dims}")
-            for name in ("cc", "ce"):
-                if not 0 < getattr(tech, name) <= 1:
-                    fail(f"{where}.{name}", "must be within (0, 1]")
-            if isinstance(tech.rounds, int) and tech.rounds < 1:
-                fail(f"{where}.rounds", 'must be at least 1, or "n2" or "nlogn"')
-            if tech.neighbours is not None and tech.neighbours < 1:
-                fail(f"{where}.neighbours", "must be at least 1 (or left out: any host)")
-            if not 0 <= tech.nearby <= (tech.neighbours or 0):
-                fail(f"{where}.nearby", "must be within 0..neighbours")
+        _TECHNIQUE_CHECKS[type(tech)](tech, where, fail)  # type: ignore[arg-type]
     for name in ("sigma", "spike", "spike_scale"):
         value = getattr(spec.noise, name)
         if not (math.isfinite(value) and value >= 0):

@@ -66,11 +66,14 @@ def _run_specs(spec: ExperimentSpec) -> list[tuple[str, int, ExperimentSpec]]:
     return out
 
 
+OnRun = Callable[[int, int, str, int, dict[str, Any] | None], None]
+
+
 def run_campaign(
     spec: ExperimentSpec,
     *,
     out: str | Path | None = None,
-    on_run: Callable[[int, int, str, int, dict[str, Any] | None], None] | None = None,
+    on_run: OnRun | None = None,
     jobs: int = 1,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the campaign; returns (its folder, the campaign object also in campaign.json).
@@ -82,73 +85,100 @@ def run_campaign(
     for _, _, run in runs:  # compile everything first: nothing half-run
         topology = select_topology(run)
         churn_schedule(run, topology, [f"h{k + 1}" for k in range(topology.n)])
-    folder = new_run_dir(spec.name, out)
-    rows: list[dict[str, Any]] = []
-    repair: list[float] = []
-    lateness: list[float] = []
-    violating: list[dict[str, Any]] = []
-    totals = {"crashes": 0, "unrepaired": 0}
-    wall0 = time.monotonic()
-
-    def result(status: str) -> dict[str, Any]:
-        return {
-            "name": spec.name,
-            "engine": spec.engine,
-            "status": status,
-            "runs": len(rows),
-            "runs_planned": len(runs),
-            "events_applied": sum(r["events_applied"] for r in rows),
-            "violations": sum(r["violations"] for r in rows),
-            "violations_unsettled": sum(r["violations_unsettled"] for r in rows),
-            "repair_s": {**quantiles(repair), **totals},
-            "lateness_ms": quantiles(lateness),
-            "wall_s": round(time.monotonic() - wall0, 1),
-            "rows": rows,
-            "violating_checks": violating[:50],
-        }
-
+    campaign = _Campaign(spec, runs, new_run_dir(spec.name, out), on_run)
     status = "interrupted"
-    order = {(script, seed): k for k, (script, seed, _) in enumerate(runs)}
-
-    def finished(k: int, script: str, seed: int, run_dir: Path) -> None:
-        row = _row(run_dir, script, seed, repair, lateness, violating, totals)
-        rows.append(row)
-        rows.sort(key=lambda r: order[(r["script"], r["seed"])])
-        write_json(folder / "campaign.json", result("running"))
-        if on_run is not None:
-            on_run(k, len(runs), script, seed, row)
-
     try:
         jobs = min(jobs, len(runs)) if spec.engine == "sim" else 1
         if jobs <= 1:
-            for k, (script, seed, run) in enumerate(runs):
-                if on_run is not None:
-                    on_run(k, len(runs), script, seed, None)
-                run_dir = folder / f"{Path(script).stem}-s{seed}"
-                run_experiment(run, strip_none(msgspec.to_builtins(run)), out=run_dir)
-                finished(k, script, seed, run_dir)
-        else:  # simulated runs side by side, one process each
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_signals) as pool:
-                pending = {}
-                for k, (script, seed, run) in enumerate(runs):
-                    run_dir = folder / f"{Path(script).stem}-s{seed}"
-                    data = strip_none(msgspec.to_builtins(run))
-                    future = pool.submit(run_experiment, run, data, out=run_dir)
-                    pending[future] = (k, script, seed, run_dir)
-                try:
-                    for future in as_completed(pending):
-                        future.result()
-                        finished(*pending[future])
-                except BaseException:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            campaign.run_one_at_a_time()
+        else:
+            campaign.run_side_by_side(jobs)
         status = "complete"
     finally:
-        write_json(folder / "campaign.json", result(status))
-        if rows:
-            write_plot(folder / "campaign.png", repair, lateness, f"{spec.name} ({spec.engine})")
-    return folder, result(status)
+        campaign.write(status)
+    return campaign.folder, campaign.result(status)
+
+
+class _Campaign:
+    """A campaign under way: its runs' rows and pooled figures, written as each run ends."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        runs: list[tuple[str, int, ExperimentSpec]],
+        folder: Path,
+        on_run: OnRun | None,
+    ) -> None:
+        self.spec, self.runs, self.folder, self.on_run = spec, runs, folder, on_run
+        self.rows: list[dict[str, Any]] = []
+        self.repair: list[float] = []
+        self.lateness: list[float] = []
+        self.violating: list[dict[str, Any]] = []
+        self.totals = {"crashes": 0, "unrepaired": 0}
+        self.wall0 = time.monotonic()
+        self.order = {(script, seed): k for k, (script, seed, _) in enumerate(runs)}
+
+    def result(self, status: str) -> dict[str, Any]:
+        rows = self.rows
+        return {
+            "name": self.spec.name,
+            "engine": self.spec.engine,
+            "status": status,
+            "runs": len(rows),
+            "runs_planned": len(self.runs),
+            "events_applied": sum(r["events_applied"] for r in rows),
+            "violations": sum(r["violations"] for r in rows),
+            "violations_unsettled": sum(r["violations_unsettled"] for r in rows),
+            "repair_s": {**quantiles(self.repair), **self.totals},
+            "lateness_ms": quantiles(self.lateness),
+            "wall_s": round(time.monotonic() - self.wall0, 1),
+            "rows": rows,
+            "violating_checks": self.violating[:50],
+        }
+
+    def _run_dir(self, script: str, seed: int) -> Path:
+        return self.folder / f"{Path(script).stem}-s{seed}"
+
+    def _finished(self, k: int, script: str, seed: int, run_dir: Path) -> None:
+        row = _row(run_dir, script, seed, self.repair, self.lateness, self.violating, self.totals)
+        self.rows.append(row)
+        self.rows.sort(key=lambda r: self.order[(r["script"], r["seed"])])
+        write_json(self.folder / "campaign.json", self.result("running"))
+        if self.on_run is not None:
+            self.on_run(k, len(self.runs), script, seed, row)
+
+    def run_one_at_a_time(self) -> None:
+        for k, (script, seed, run) in enumerate(self.runs):
+            if self.on_run is not None:
+                self.on_run(k, len(self.runs), script, seed, None)
+            run_dir = self._run_dir(script, seed)
+            run_experiment(run, strip_none(msgspec.to_builtins(run)), out=run_dir)
+            self._finished(k, script, seed, run_dir)
+
+    def run_side_by_side(self, jobs: int) -> None:
+        """Simulated runs side by side, one process each."""
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_signals) as pool:
+            pending = {}
+            for k, (script, seed, run) in enumerate(self.runs):
+                run_dir = self._run_dir(script, seed)
+                data = strip_none(msgspec.to_builtins(run))
+                future = pool.submit(run_experiment, run, data, out=run_dir)
+                pending[future] = (k, script, seed, run_dir)
+            try:
+                for future in as_completed(pending):
+                    future.result()
+                    self._finished(*pending[future])
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+
+    def write(self, status: str) -> None:
+        """campaign.json, and the plot once a run has finished."""
+        write_json(self.folder / "campaign.json", self.result(status))
+        if self.rows:
+            title = f"{self.spec.name} ({self.spec.engine})"
+            write_plot(self.folder / "campaign.png", self.repair, self.lateness, title)
 
 
 def write_plot(path: Path, repair_s: list[float], lateness_ms: list[float], title: str) -> None:
