@@ -1,0 +1,76 @@
+# The simulator's output, byte for byte, as it was recorded at d603307 (before issue 19's
+# restructuring): the event and check logs of a CAN churn run and of a jobs run, and the
+# clusters and summaries (minus wall-clock figures) of a cluster run and of a scheduling run.
+# A change that alters them on purpose records the new digests here and says why in its
+# commit; one that alters them by accident fails here.
+#
+# The four runs take about 4-5 minutes side by side on two cores (they are the specs'
+# own sizes, save the CAN run: 300 of its 2,000 hosts).
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "scripts" / "experiments"
+
+# name -> the arguments of `testbed run`
+RUNS = {
+    "can": [str(SPECS / "can-churn-sim.toml"), "--set", "topology.hosts=300"],
+    "sched": [str(SPECS / "sched-emu.toml"), "--engine", "sim"],
+    "cluster": [str(SPECS / "cluster-sharcnet-sim.toml")],
+    "narrow": [str(SPECS / "sched-narrow-sim.toml")],
+}
+# Two lanes of about equal length, one per core.
+LANES = (("narrow",), ("cluster", "can", "sched"))
+
+RECORDED = {  # sha256 at d603307
+    "can/events.jsonl": "ae67675a4c401b08aa6caaaf4e3fd0f2d2e8fe478bd92eda16e4f42f0e06bd4f",
+    "can/checks.jsonl": "c24aa9fa71e5cea1fb651d272668b5d154a9b2addb478aa10f62d360c72b02c9",
+    "sched/events.jsonl": "5b253f4473894f784f7db8b856b6b720cdb0c2717b92e5de16cd09bfa1fe6e6e",
+    "sched/checks.jsonl": "6da3db8edd32d6a7de22a1f0d6293950c14fbd70d941d07b0a7fcbe2d3c4656d",
+    "cluster/clusters.json": "642426512f79ab9b0ecfc155f6a7e77312cb7b7a8678b6fcd15e1858691b4c86",
+    "cluster/summary.json": "dd15720603e0a76feace05404dda8d02ce7af78e7a4fed2aec14aa96c4e8a011",
+    "narrow/summary.json": "27c02935b21763eacf0727f96b8a36420e07cd4b3d7806d79e92abf3ec8e4e01",
+}
+# Figures of the wall clock, which differ from run to run.
+WALL_CLOCK = {"wall_s", "events_per_s", "prediction_s", "refinement_s"}
+
+
+def _without_wall_clock(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_wall_clock(v) for k, v in value.items() if k not in WALL_CLOCK}
+    if isinstance(value, list):
+        return [_without_wall_clock(v) for v in value]
+    return value
+
+
+def _digest(path: Path) -> str:
+    data = path.read_bytes()
+    if path.name == "summary.json":
+        summary = _without_wall_clock(json.loads(data))
+        data = json.dumps(summary, sort_keys=True).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _lane(names: tuple[str, ...], out: Path) -> None:
+    for name in names:
+        argv = [sys.executable, "-m", "testbed.cli", "run", *RUNS[name], "--out", str(out / name)]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, f"{name}: {done.stderr[-2000:]}"
+        assert done.stdout.strip().splitlines()[-1] == str(out / name)
+
+
+def test_the_simulators_output_is_as_recorded(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(len(LANES)) as pool:
+        for lane in pool.map(lambda names: _lane(names, tmp_path), LANES):
+            assert lane is None
+    measured = {name: _digest(tmp_path / name) for name in RECORDED}
+    changed = {name for name in RECORDED if measured[name] != RECORDED[name]}
+    assert not changed, f"changed: {sorted(changed)}; now {[measured[n] for n in sorted(changed)]}"
