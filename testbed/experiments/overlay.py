@@ -44,8 +44,9 @@ from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import InputError
 from testbed.experiments.jobs import Feeding, JobsRun
+from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.run import Report, Run, RunResult
-from testbed.spec import ExperimentSpec, NodeSpec, PhaseSpec
+from testbed.spec import DtmTechnique, ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import (
     PLANETLAB_FRAMES,
     Topology,
@@ -515,12 +516,6 @@ class _Offers:
     refinement is what runs on the network)."""
 
     def __init__(self, spec: ExperimentSpec, topology: Topology, engine: Engine) -> None:
-        from testbed.experiments.predict import (  # numpy-heavy, only for cluster runs
-            Noise,
-            predict_dtm,
-        )
-        from testbed.spec import DtmTechnique
-
         assert spec.clusters is not None
         self.c = spec.clusters
         self.engine = engine
