@@ -46,9 +46,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from node.cluster.refine import CRITERIA, max_clique_with
+from node.cluster.clique import CRITERIA, max_clique_with
 from node.wire import (
     ANSWER_ACCEPT,
     ANSWER_DEFER,
@@ -117,6 +115,27 @@ def _hash(addr: Address) -> bytes:
 
 def _ep(addr: Address) -> Endpoint:
     return Endpoint(addr[0], addr[1])
+
+
+def _close(rows: list[list[float] | None], n: int, diameter_ms: float) -> list[list[bool]]:
+    """Which pairs of a roster are within D: a pair is close if it was measured
+    (either way) and every measurement of it is within D; a lost one is
+    infinite. An unmeasured way (NaN, or a row not reported) is skipped; a
+    pair measured neither way is not close. (numpy's fmax(rtt, rtt.T) <= D
+    in pure Python: the peer process does not import numpy.)"""
+    rtt = [row if row is not None else [math.nan] * n for row in rows]
+    close = []
+    for i in range(n):
+        line = []
+        for j in range(n):
+            there, back = rtt[i][j], rtt[j][i]
+            if math.isnan(there):
+                there = back
+            elif not math.isnan(back):
+                there = max(there, back)
+            line.append(there <= diameter_ms)
+        close.append(line)
+    return close
 
 
 @dataclass
@@ -427,17 +446,13 @@ class ClusterAgent:
         assert rnd is not None
         roster = rnd.roster
         n = len(roster)
-        rtt = np.full((n, n), np.nan)
         mine = (self._rtt_ms(a, now) for a in roster[1:])
-        rtt[0] = [0.0, *(math.nan if r is None else r for r in mine)]
-        for k, addr in enumerate(roster[1:], start=1):
+        rows: list[list[float] | None] = [[0.0, *(math.nan if r is None else r for r in mine)]]
+        for addr in roster[1:]:
             row = rnd.clients[addr].rtts_ms
-            if row is not None and rnd.clients[addr].state == "accepted":
-                rtt[k] = row
-        # A pair is close if it was measured (either way) and every measurement
-        # of it is within D; a lost one is infinite. (fmax skips an unmeasured
-        # way; a pair measured neither way stays NaN, which is not <= D.)
-        close = np.fmax(rtt, rtt.T) <= self.config.diameter_ms
+            accepted = row is not None and rnd.clients[addr].state == "accepted"
+            rows.append(row if accepted else None)
+        close = _close(rows, n, self.config.diameter_ms)
         keep = max_clique_with(0, list(range(n)), close)
         members = tuple(roster[k] for k in keep)
         self.own = members
@@ -478,7 +493,7 @@ class ClusterAgent:
         committed = sum(1 for h in self._heads.values() if h.state != "suitor")
         return self.config.memberships - 1 - committed
 
-    def _rank(self, addr: Address) -> tuple:
+    def _rank(self, addr: Address) -> tuple[int | bytes, ...]:
         info = self._heads[addr]
         if self.config.criterion == "fcfs":
             return (info.order,)
