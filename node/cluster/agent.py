@@ -37,6 +37,13 @@
 #
 # Peers are named by their address (host, port): the overlay's id changes
 # with every membership, a cluster does not.
+#
+# Rules
+#   Every change of a head's, a client's or a per-peer record's state goes
+#   through node/cluster/states.py (one transition table per machine; an
+#   illegal move raises). Messages reach their handler through one table
+#   (_handlers), by type. No numpy in the peer: the filtering step's clique
+#   is node/cluster/clique.py in pure Python.
 
 from __future__ import annotations
 
