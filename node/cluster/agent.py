@@ -37,6 +37,13 @@
 #
 # Peers are named by their address (host, port): the overlay's id changes
 # with every membership, a cluster does not.
+#
+# Rules
+#   Every change of a head's, a client's or a per-peer record's state goes
+#   through node/cluster/states.py (one transition table per machine; an
+#   illegal move raises). Messages reach their handler through one table
+#   (_handlers), by type. No numpy in the peer: the filtering step's clique
+#   is node/cluster/clique.py in pure Python.
 
 from __future__ import annotations
 
@@ -45,10 +52,19 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
-
-from node.cluster.refine import CRITERIA, max_clique_with
+from node.cluster.clique import CRITERIA, max_clique_with
+from node.cluster.states import (
+    ClientState,
+    HeadState,
+    InviteeState,
+    SuitorState,
+    client_step,
+    enter_invitee,
+    enter_suitor,
+    head_step,
+)
 from node.wire import (
     ANSWER_ACCEPT,
     ANSWER_DEFER,
@@ -119,12 +135,33 @@ def _ep(addr: Address) -> Endpoint:
     return Endpoint(addr[0], addr[1])
 
 
+def _close(rows: list[list[float] | None], n: int, diameter_ms: float) -> list[list[bool]]:
+    """Which pairs of a roster are within D: a pair is close if it was measured
+    (either way) and every measurement of it is within D; a lost one is
+    infinite. An unmeasured way (NaN, or a row not reported) is skipped; a
+    pair measured neither way is not close. (numpy's fmax(rtt, rtt.T) <= D
+    in pure Python: the peer process does not import numpy.)"""
+    rtt = [row if row is not None else [math.nan] * n for row in rows]
+    close = []
+    for i in range(n):
+        line = []
+        for j in range(n):
+            there, back = rtt[i][j], rtt[j][i]
+            if math.isnan(there):
+                there = back
+            elif not math.isnan(back):
+                there = max(there, back)
+            line.append(there <= diameter_ms)
+        close.append(line)
+    return close
+
+
 @dataclass
 class _Head:
     """What a client knows of one head that solicited it."""
 
     epoch: int
-    state: str  # "suitor" (not answered), "accepted", "committed"
+    state: SuitorState  # SUITOR (not answered), ACCEPTED, COMMITTED
     order: int  # arrival order (FCFS)
     ceiling: int = 0
     accepted: int = 0
@@ -139,7 +176,7 @@ class _Head:
 class _Client:
     """What a head knows of one client in the current round."""
 
-    state: str = "solicited"  # "accepted", "denied", "member"
+    state: InviteeState = InviteeState.SOLICITED  # ACCEPTED, DENIED, MEMBER
     tries: int = 0
     next_at: float = 0.0
     rtts_ms: list[float] | None = None  # its report, in roster order
@@ -172,8 +209,8 @@ class ClusterAgent:
         self._rng = rng
         self._send = send
         self._measure = measure  # (target, samples, now) -> request number, None: prober full
-        self.head_state = "IDLE"
-        self.client_state = "IDLE"
+        self._head_state = HeadState.IDLE
+        self._client_state = ClientState.IDLE
         self.candidates: tuple[Address, ...] = ()
         self.own: tuple[Address, ...] = (address,)  # our job-ready cluster (DYN)
         self._stable_at = math.inf
@@ -193,13 +230,38 @@ class ClusterAgent:
         self._feed_at = math.inf
         self.counters = {"measured": 0, "rounds": 0, "released": 0, "dead": 0}
         self._advertised: tuple[Address, ...] | None = None  # cache; None: to compute
+        self._handlers: dict[type, Callable[[Address, Any, float], str | None]] = {
+            Solicit: self._on_solicit,
+            SolicitAnswer: self._on_answer,
+            Roster: self._on_roster,
+            RttReport: self._on_report,
+            Confirm: self._on_confirm,
+            Release: self._on_release,
+            ClusterBeat: self._on_beat,
+        }
+
+    # -- states (every change goes through node/cluster/states.py) -------------------------------
+
+    @property
+    def head_state(self) -> HeadState:
+        return self._head_state
+
+    @property
+    def client_state(self) -> ClientState:
+        return self._client_state
+
+    def _head_to(self, new: HeadState) -> None:
+        self._head_state = head_step(self._head_state, new)
+
+    def _client_to(self, new: ClientState) -> None:
+        self._client_state = client_step(self._client_state, new)
 
     # -- inputs ----------------------------------------------------------------------------------
 
     def start(self, now: float) -> None:
         """Be a client from now on (WAIT)."""
-        if self.client_state == "IDLE":
-            self.client_state = "WAIT"
+        if self.client_state == ClientState.IDLE:
+            self._client_to(ClientState.WAIT)
             self._wait_until = now + self.config.wait_s
             self._beat_at = now + self.config.heartbeat_s
 
@@ -216,14 +278,14 @@ class ClusterAgent:
         room = max(0, self.config.size - 1 - len(kept))
         chosen = kept + (self._rng.sample(rest, room) if len(rest) > room else rest)
         cut = tuple(chosen[: self.config.size - 1])
-        if set(cut) == set(self.candidates) and self.head_state != "IDLE":
+        if set(cut) == set(self.candidates) and self.head_state != HeadState.IDLE:
             return
         self.candidates = cut
-        if self.head_state in ("IDLE", "COLLECT") or (
-            self.head_state == "STEADY" and len(self.own) < self.config.size
+        if self.head_state in (HeadState.IDLE, HeadState.COLLECT) or (
+            self.head_state == HeadState.STEADY and len(self.own) < self.config.size
         ):
             self._collect(now)
-        elif self.head_state != "STEADY":
+        elif self.head_state != HeadState.STEADY:
             self._changed = True  # looked at when this round ends
         self.start(now)
 
@@ -232,44 +294,40 @@ class ClusterAgent:
         for member in self._members:
             self._send(member, Release(self._epoch))
         for head, info in self._heads.items():
-            if info.state != "suitor":
+            if info.state != SuitorState.SUITOR:
                 self._send(head, SolicitAnswer(info.epoch, ANSWER_DENY))
         self._members.clear()
         self._heads.clear()
         self._advertised = None
         self._round = None
-        self.head_state = self.client_state = "IDLE"
+        self._head_to(HeadState.IDLE)
+        self._client_to(ClientState.IDLE)
         self.own = (self.address,)
         self._advertised = None
 
     def handle_message(self, source: Address, message: Message, now: float) -> str | None:
         """One cluster message; returns why it is unacceptable, or None."""
-        if isinstance(message, Solicit):
-            return self._on_solicit(source, message, now)
-        if isinstance(message, SolicitAnswer):
-            return self._on_answer(source, message, now)
-        if isinstance(message, Roster):
-            return self._on_roster(source, message, now)
-        if isinstance(message, RttReport):
-            return self._on_report(source, message, now)
-        if isinstance(message, Confirm):
-            return self._on_confirm(source, message, now)
-        if isinstance(message, Release):
-            info = self._heads.get(source)
-            if info is not None and message.epoch >= info.epoch:
-                del self._heads[source]
-                self._advertised = None
-                self.counters["released"] += 1
-                self._client_progress(now)
-            return None
-        if isinstance(message, ClusterBeat):
-            if source in self._members:
-                self._members[source] = now
-            info = self._heads.get(source)
-            if info is not None and info.epoch == message.epoch:
-                info.heard = now
-            return None
-        return "not a cluster message"
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            return "not a cluster message"
+        return handler(source, message, now)
+
+    def _on_release(self, source: Address, release: Release, now: float) -> str | None:
+        info = self._heads.get(source)
+        if info is not None and release.epoch >= info.epoch:
+            del self._heads[source]
+            self._advertised = None
+            self.counters["released"] += 1
+            self._client_progress(now)
+        return None
+
+    def _on_beat(self, source: Address, beat: ClusterBeat, now: float) -> str | None:
+        if source in self._members:
+            self._members[source] = now
+        info = self._heads.get(source)
+        if info is not None and info.epoch == beat.epoch:
+            info.heard = now
+        return None
 
     def owns(self, request: int) -> bool:
         """Is this prober request one of ours?"""
@@ -295,40 +353,42 @@ class ClusterAgent:
     def handle_timer(self, now: float) -> None:
         cfg = self.config
         self._feed_prober(now)
-        if self.head_state == "COLLECT" and now >= self._stable_at:
+        if self.head_state == HeadState.COLLECT and now >= self._stable_at:
             self._solicit(now)
-        if self.head_state == "STEADY" and now >= self._verify_at:
+        if self.head_state == HeadState.STEADY and now >= self._verify_at:
             self._solicit(now)  # measure again: a latency may have changed
         rnd = self._round
-        if rnd is not None and self.head_state == "SOLICIT":
+        if rnd is not None and self.head_state == HeadState.SOLICIT:
             for addr, client in rnd.clients.items():
-                if client.state == "solicited" and now >= client.next_at:
+                if client.state == InviteeState.SOLICITED and now >= client.next_at:
                     if client.tries >= cfg.retries:
-                        client.state = "denied"
+                        enter_invitee(client, InviteeState.DENIED)
                         continue
                     client.tries += 1
                     client.next_at = now + cfg.retry_s
                     self._send(addr, self._solicitation(rnd))
             self._head_progress(now)
-        if rnd is not None and self.head_state == "FILTER" and now >= rnd.report_by:
+        if rnd is not None and self.head_state == HeadState.FILTER and now >= rnd.report_by:
             self._filter(now)
-        if self.client_state == "WAIT" and now >= self._wait_until:
+        if self.client_state == ClientState.WAIT and now >= self._wait_until:
             self._answer(now)
         if now >= self._beat_at:
             self._beat(now)
 
     def get_timer(self) -> float | None:
-        deadlines = [self._stable_at if self.head_state == "COLLECT" else math.inf]
-        if self.head_state == "STEADY":
+        deadlines = [self._stable_at if self.head_state == HeadState.COLLECT else math.inf]
+        if self.head_state == HeadState.STEADY:
             deadlines.append(self._verify_at)
         if self._round is not None:
-            if self.head_state == "SOLICIT":
+            if self.head_state == HeadState.SOLICIT:
                 deadlines.extend(
-                    c.next_at for c in self._round.clients.values() if c.state == "solicited"
+                    c.next_at
+                    for c in self._round.clients.values()
+                    if c.state == InviteeState.SOLICITED
                 )
-            elif self.head_state == "FILTER":
+            elif self.head_state == HeadState.FILTER:
                 deadlines.append(self._round.report_by)
-        if self.client_state == "WAIT":
+        if self.client_state == ClientState.WAIT:
             deadlines.append(self._wait_until)
         deadlines.append(self._beat_at)
         if self._to_measure:
@@ -339,15 +399,15 @@ class ClusterAgent:
     # -- the head --------------------------------------------------------------------------------
 
     def _solicitation(self, rnd: _Round) -> Solicit:
-        denied = sum(1 for c in rnd.clients.values() if c.state == "denied")
-        accepted = sum(1 for c in rnd.clients.values() if c.state == "accepted")
+        denied = sum(1 for c in rnd.clients.values() if c.state == InviteeState.DENIED)
+        accepted = sum(1 for c in rnd.clients.values() if c.state == InviteeState.ACCEPTED)
         return Solicit(rnd.epoch, len(rnd.clients) + 1 - denied, accepted)
 
     def _solicit(self, now: float) -> None:
         self._stable_at = self._verify_at = math.inf
         self._changed = False
         if not self.candidates:
-            self.head_state = "STEADY"
+            self._head_to(HeadState.STEADY)
             return
         self._epoch += 1
         self.counters["rounds"] += 1
@@ -357,7 +417,7 @@ class ClusterAgent:
             # still hold our place: their answer comes at once).
             rnd.clients[addr] = _Client(tries=1, next_at=now + self.config.retry_s)
         self._round = rnd
-        self.head_state = "SOLICIT"
+        self._head_to(HeadState.SOLICIT)
         message = self._solicitation(rnd)
         for addr in rnd.clients:
             self._send(addr, message)
@@ -377,17 +437,19 @@ class ClusterAgent:
             client.tries = 0  # busy, not silent
             client.next_at = now + self.config.retry_s
             return None
-        if self.head_state != "SOLICIT" or client.state != "solicited":
-            if answer.answer == ANSWER_DENY and client.state in ("accepted", "member"):
-                client.state = "denied"  # withdrew during filtering
+        if self.head_state != HeadState.SOLICIT or client.state != InviteeState.SOLICITED:
+            withdrawing = client.state in (InviteeState.ACCEPTED, InviteeState.MEMBER)
+            if answer.answer == ANSWER_DENY and withdrawing:
+                enter_invitee(client, InviteeState.DENIED)  # withdrew during filtering
                 rnd.unreported.discard(source)
                 self._head_progress(now)
             return None
-        client.state = "accepted" if answer.answer == ANSWER_ACCEPT else "denied"
+        accepted = answer.answer == ANSWER_ACCEPT
+        enter_invitee(client, InviteeState.ACCEPTED if accepted else InviteeState.DENIED)
         if self.config.criterion == "greedy":  # the figures the clients rank us by changed
             update = self._solicitation(rnd)
             for addr, other in rnd.clients.items():
-                if other.state != "denied" and addr != source:
+                if other.state != InviteeState.DENIED and addr != source:
                     self._send(addr, update)
         self._head_progress(now)
         return None
@@ -396,19 +458,19 @@ class ClusterAgent:
         rnd = self._round
         if rnd is None:
             return
-        if self.head_state == "SOLICIT":
-            if any(c.state == "solicited" for c in rnd.clients.values()):
+        if self.head_state == HeadState.SOLICIT:
+            if any(c.state == InviteeState.SOLICITED for c in rnd.clients.values()):
                 return
-            accepted = [a for a, c in rnd.clients.items() if c.state == "accepted"]
+            accepted = [a for a, c in rnd.clients.items() if c.state == InviteeState.ACCEPTED]
             rnd.roster = (self.address, *accepted)
             rnd.report_by = now + self.config.report_timeout_s
-            self.head_state = "FILTER"
+            self._head_to(HeadState.FILTER)
             roster = Roster(rnd.epoch, tuple(_ep(a) for a in rnd.roster))
             for addr in accepted:
                 self._send(addr, roster)
             rnd.unmeasured = self._want(accepted, now, self.address)
             rnd.unreported = set(accepted)
-        if self.head_state == "FILTER" and not rnd.unmeasured and not rnd.unreported:
+        if self.head_state == HeadState.FILTER and not rnd.unmeasured and not rnd.unreported:
             self._filter(now)
 
     def _on_report(self, source: Address, report: RttReport, now: float) -> str | None:
@@ -427,17 +489,13 @@ class ClusterAgent:
         assert rnd is not None
         roster = rnd.roster
         n = len(roster)
-        rtt = np.full((n, n), np.nan)
         mine = (self._rtt_ms(a, now) for a in roster[1:])
-        rtt[0] = [0.0, *(math.nan if r is None else r for r in mine)]
-        for k, addr in enumerate(roster[1:], start=1):
+        rows: list[list[float] | None] = [[0.0, *(math.nan if r is None else r for r in mine)]]
+        for addr in roster[1:]:
             row = rnd.clients[addr].rtts_ms
-            if row is not None and rnd.clients[addr].state == "accepted":
-                rtt[k] = row
-        # A pair is close if it was measured (either way) and every measurement
-        # of it is within D; a lost one is infinite. (fmax skips an unmeasured
-        # way; a pair measured neither way stays NaN, which is not <= D.)
-        close = np.fmax(rtt, rtt.T) <= self.config.diameter_ms
+            accepted = row is not None and rnd.clients[addr].state == InviteeState.ACCEPTED
+            rows.append(row if accepted else None)
+        close = _close(rows, n, self.config.diameter_ms)
         keep = max_clique_with(0, list(range(n)), close)
         members = tuple(roster[k] for k in keep)
         self.own = members
@@ -445,12 +503,12 @@ class ClusterAgent:
         self._members = dict.fromkeys(members[1:], now)
         confirm = Confirm(rnd.epoch, tuple(_ep(a) for a in members))
         for addr in members[1:]:
-            rnd.clients[addr].state = "member"
+            enter_invitee(rnd.clients[addr], InviteeState.MEMBER)
             self._send(addr, confirm)
         for addr in roster[1:]:
             if addr not in self._members:
                 self._send(addr, Release(rnd.epoch))
-        self.head_state = "STEADY"
+        self._head_to(HeadState.STEADY)
         rnd.report_by = math.inf
         if self.config.verify_s > 0:
             self._verify_at = now + self.config.verify_s
@@ -458,7 +516,7 @@ class ClusterAgent:
             self._collect(now)
 
     def _collect(self, now: float) -> None:
-        self.head_state = "COLLECT"
+        self._head_to(HeadState.COLLECT)
         self._stable_at = now + self.config.stable_s
 
     def _shrink(self, now: float) -> None:
@@ -468,17 +526,17 @@ class ClusterAgent:
         confirm = Confirm(self._epoch, tuple(_ep(a) for a in self.own))
         for addr in self._members:
             self._send(addr, confirm)
-        if self.head_state == "STEADY" and len(self.own) < self.config.size:
+        if self.head_state == HeadState.STEADY and len(self.own) < self.config.size:
             self._collect(now)
 
     # -- the client ------------------------------------------------------------------------------
 
     def _places(self) -> int:
         """Heads we may still accept: M less our own cluster less the committed."""
-        committed = sum(1 for h in self._heads.values() if h.state != "suitor")
+        committed = sum(1 for h in self._heads.values() if h.state != SuitorState.SUITOR)
         return self.config.memberships - 1 - committed
 
-    def _rank(self, addr: Address) -> tuple:
+    def _rank(self, addr: Address) -> tuple[int | bytes, ...]:
         info = self._heads[addr]
         if self.config.criterion == "fcfs":
             return (info.order,)
@@ -494,49 +552,57 @@ class ClusterAgent:
             return None  # stale
         if info is not None and solicit.epoch == info.epoch:
             info.ceiling, info.accepted, info.heard = solicit.ceiling, solicit.accepted, now
-            if info.state == "accepted":  # our ACCEPT was lost: say it again
+            if info.state == SuitorState.ACCEPTED:  # our ACCEPT was lost: say it again
                 self._send(source, SolicitAnswer(solicit.epoch, ANSWER_ACCEPT))
             return None
-        if info is not None and info.state == "committed":
+        if info is not None and info.state == SuitorState.COMMITTED:
             # A new round of a head we are committed to: we keep its place.
-            info.epoch, info.state, info.heard = solicit.epoch, "accepted", now
+            enter_suitor(info, SuitorState.ACCEPTED)
+            info.epoch, info.heard = solicit.epoch, now
             info.roster, info.reported = (), False
             self._send(source, SolicitAnswer(solicit.epoch, ANSWER_ACCEPT))
-            if self.client_state == "STEADY":  # (in WAIT, the suitors are answered first)
-                self.client_state = "MEASURE"
+            if self.client_state == ClientState.STEADY:  # (in WAIT, the suitors are answered first)
+                self._client_to(ClientState.MEASURE)
             return None
-        if self.client_state == "MEASURE":
+        if self.client_state == ClientState.MEASURE:
             self._send(source, SolicitAnswer(solicit.epoch, ANSWER_DEFER))
             return None
         self.start(now)  # a peer is a client from its first solicitation on
         self._arrivals += 1
         self._heads[source] = _Head(
-            solicit.epoch, "suitor", self._arrivals, solicit.ceiling, solicit.accepted, now
+            solicit.epoch,
+            SuitorState.SUITOR,
+            self._arrivals,
+            solicit.ceiling,
+            solicit.accepted,
+            now,
         )
-        suitors = sorted((a for a, h in self._heads.items() if h.state == "suitor"), key=self._rank)
+        suitors = sorted(
+            (a for a, h in self._heads.items() if h.state == SuitorState.SUITOR), key=self._rank
+        )
         for bumped in suitors[max(0, self._places()) :]:  # Algorithm 3: too many suitors
             self._send(bumped, SolicitAnswer(self._heads.pop(bumped).epoch, ANSWER_DENY))
-        self.client_state = "WAIT"
+        self._client_to(ClientState.WAIT)
         self._wait_until = now + self.config.wait_s
         return None
 
     def _answer(self, now: float) -> None:
-        suitors = [a for a, h in self._heads.items() if h.state == "suitor"]
+        suitors = [a for a, h in self._heads.items() if h.state == SuitorState.SUITOR]
         if not suitors:  # (all bumped): nothing to answer, a new one brings us back
-            self.client_state = "MEASURE"
+            self._client_to(ClientState.MEASURE)
             self._wait_until = math.inf
             self._client_progress(now)
             return
         for addr in suitors:
             info = self._heads[addr]
-            info.state = "accepted"
+            enter_suitor(info, SuitorState.ACCEPTED)
             self._send(addr, SolicitAnswer(info.epoch, ANSWER_ACCEPT))
-        self.client_state = "MEASURE"
+        self._client_to(ClientState.MEASURE)
         self._wait_until = math.inf
 
     def _on_roster(self, source: Address, roster: Roster, now: float) -> str | None:
         info = self._heads.get(source)
-        if info is None or info.epoch != roster.epoch or info.state != "accepted":
+        if info is None or info.epoch != roster.epoch or info.state != SuitorState.ACCEPTED:
             return None
         members = tuple((m.host, m.port) for m in roster.members)
         if not members or len(members) > MAX_MEMBERS or members[0] != source:
@@ -559,22 +625,28 @@ class ClusterAgent:
             del self._heads[source]
             self._advertised = None
             return None
-        info.state, info.members, info.heard = "committed", members, now
+        enter_suitor(info, SuitorState.COMMITTED)
+        info.members, info.heard = members, now
         self._advertised = None
         self._client_progress(now)
         return None
 
     def _client_progress(self, now: float) -> None:
         for head, info in self._heads.items():
-            if info.state == "accepted" and info.roster and not info.reported and not info.missing:
+            if (
+                info.state == SuitorState.ACCEPTED
+                and info.roster
+                and not info.reported
+                and not info.missing
+            ):
                 measured = [0.0 if m == self.address else self._rtt_ms(m, now) for m in info.roster]
                 rtts = [-1 if r is None or r == math.inf else round(r * 1e3) for r in measured]
                 self._send(head, RttReport(info.epoch, tuple(rtts)))
                 info.reported = True
-        if self.client_state == "MEASURE" and all(
-            h.state == "committed" for h in self._heads.values()
+        if self.client_state == ClientState.MEASURE and all(
+            h.state == SuitorState.COMMITTED for h in self._heads.values()
         ):
-            self.client_state = "STEADY"
+            self._client_to(ClientState.STEADY)
 
     # -- measuring and liveness ------------------------------------------------------------------
 
@@ -624,13 +696,15 @@ class ClusterAgent:
         for head, info in list(self._heads.items()):
             # An accepted head owes us a roster, then a confirmation (after its
             # reports are in, report_timeout_s at the most).
-            silence = cfg.dead_after_s + (cfg.report_timeout_s if info.state == "accepted" else 0)
-            if info.state != "suitor" and now - info.heard > silence:
+            silence = cfg.dead_after_s + (
+                cfg.report_timeout_s if info.state == SuitorState.ACCEPTED else 0
+            )
+            if info.state != SuitorState.SUITOR and now - info.heard > silence:
                 del self._heads[head]
                 self._advertised = None
                 self._rtt.pop(head, None)
                 self.counters["dead"] += 1
-            elif info.state == "committed":
+            elif info.state == SuitorState.COMMITTED:
                 self._send(head, ClusterBeat(info.epoch))
         self._client_progress(now)
 

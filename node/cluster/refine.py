@@ -33,7 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from node.cluster.clique import CRITERIA, max_clique_with
+
 __all__ = [
+    "CRITERIA",
     "Refined",
     "candidate_clusters",
     "gather",
@@ -41,8 +44,6 @@ __all__ = [
     "max_clique_with",
     "refine",
 ]
-
-CRITERIA = ("fcfs", "global", "greedy")
 
 
 def gather(predicted_ms: np.ndarray, x: int, diameter_ms: float, limit: int) -> list[int]:
@@ -102,7 +103,7 @@ def limit_membership(
     ceiling = [len(c) for c in candidates]  # greedy: how large each head's cluster can still be
     accepted: list[set[int]] = [set() for _ in range(n)]
 
-    def rank(node: int) -> Callable[[int], tuple]:
+    def rank(node: int) -> Callable[[int], tuple[int | bytes, ...]]:
         if criterion == "fcfs":
             order = {h: k for k, h in enumerate(suitors[node])}
             return lambda h: (order[h],)
@@ -119,33 +120,6 @@ def limit_membership(
             else:
                 ceiling[head] -= 1
     return [(head, *sorted(accepted[head])) for head in range(n)]
-
-
-def max_clique_with(head: int, members: Sequence[int], close: np.ndarray) -> tuple[int, ...]:
-    """Step 3: the largest set of `members` (head included) all pairwise close,
-    by Bron-Kerbosch with pivoting on the head's neighbourhood. `close` is the
-    boolean matrix of the members, in `members` order."""
-    index = {m: k for k, m in enumerate(members)}
-    h = index[head]
-    neighbours = [set(np.flatnonzero(close[k]).tolist()) - {k} for k in range(len(members))]
-    best: list[int] = []
-
-    def expand(clique: list[int], candidates: set[int], excluded: set[int]) -> None:
-        nonlocal best
-        if len(clique) + len(candidates) <= len(best):
-            return
-        if not candidates:
-            if not excluded and len(clique) > len(best):
-                best = list(clique)
-            return
-        pivot = max(candidates | excluded, key=lambda u: len(neighbours[u] & candidates))
-        for v in list(candidates - neighbours[pivot]):
-            expand([*clique, v], candidates & neighbours[v], excluded & neighbours[v])
-            candidates.discard(v)
-            excluded.add(v)
-
-    expand([h], set(neighbours[h]), set())
-    return tuple(sorted(members[k] for k in best))
 
 
 @dataclass

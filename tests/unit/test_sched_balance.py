@@ -166,4 +166,4 @@ def test_nonsense_aggregates_are_refused_and_tiny_ones_do_not_divide_by_zero():
     assert a.handle_message(SMALL, huge, HEARD_AT) == "bad aggregates"
     tiny = SchedBeat(0, 4, 4, 0, (1e-200, 5.0, 0.0, 0.0, 0.0, 0.0), ())
     assert a.handle_message(SMALL, tiny, HEARD_AT) is None
-    assert a._push_target(HEARD_AT) == (SMALL, 0)  # no score, but no crash either
+    assert a.match.push_target(HEARD_AT) == (SMALL, 0)  # no score, but no crash either

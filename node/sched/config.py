@@ -1,0 +1,123 @@
+# The scheduler's configuration, its named bounds, and the actions it asks the
+# driver for (seed 002 §4.2, seed 000 §2.1 and §3.1; see node/sched/agent.py
+# for the theory of operation).
+#
+# Rules
+#   Every table a peer can grow from the wire has a named bound here with its
+#   unit (STYLE.md §1): job sizes, runtimes, reasons, the pairs one beat lists,
+#   Kim's aggregates. SchedConfig rejects a bad field when it is built, naming
+#   the field; nothing downstream checks it again.
+#   RunTask and KillTask are the only outputs besides datagrams and events: the
+#   driver starts or kills a rank (node/runtime.py runs `python -m node.mpi`;
+#   the simulator pretends) and reports the end through task_finished().
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BALANCERS",
+    "FORGET_AFTER",
+    "HANDOVER_RESEND_S",
+    "MAX_AGGREGATE",
+    "MAX_JOB_SIZE",
+    "MAX_REASON",
+    "MAX_RUNTIME_S",
+    "MAX_SHARED",
+    "NEIGHBOURS",
+    "STAGES",
+    "STAGE_PLACED",
+    "STAGE_PUSH",
+    "STAGE_ROUTE",
+    "STOPPING_FACTOR",
+    "Action",
+    "Address",
+    "KillTask",
+    "RunTask",
+    "SchedConfig",
+]
+
+Address = tuple[str, int]
+
+MAX_JOB_SIZE = 4096
+MAX_RUNTIME_S = 1e6
+MAX_REASON = 200  # characters of a failure reason on the wire
+MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
+STOPPING_FACTOR = 2  # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF
+BALANCERS = ("none", "dlb", "qb", "qb+dlb")
+NEIGHBOURS = ("direct", "indirect")
+STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
+HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
+MAX_AGGREGATE = 1e9  # Kim's aggregates (nodes and tasks above) beyond this are nonsense
+FORGET_AFTER = 10  # x dead_after_s: what we heard of a peer, or a job that ended, is dropped
+
+
+@dataclass(frozen=True)
+class SchedConfig:
+    beat_s: float = 2.0
+    dead_after_s: float = 7.0  # silence after which a representative, member or entry is lost
+    max_attempts: int = 5  # tries of one job by its entry
+    retry_s: float = 2.0  # the back-off after a failed try; doubles with every try ...
+    retry_max_s: float = 30.0  # ... up to this
+    max_rounds: int = 3  # co-scheduling rounds of one attempt
+    overprovision: float = 0.0  # 0: total (every member); else a factor >= 1
+    max_hops: int = 64
+    handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
+    # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
+    # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the
+    # indirect ones (the CAN's neighbours' neighbours: they get our beats too).
+    balance: str = "qb+dlb"
+    balance_s: float = 10.0
+    neighbours: str = "direct"
+    mpi_port: int = 7100  # where a rank listens (one rank per peer at a time)
+    rounds: int = 10  # communication rounds of the built-in program
+    collective: str = "allreduce"
+    payload_bytes: int = 8
+    # A user's program instead of the built-in one (shell words); it gets
+    # TESTBED_RANK, TESTBED_SIZE, TESTBED_PEERS and TESTBED_COMPUTE_S.
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.beat_s < self.dead_after_s:
+            raise ValueError("need 0 < beat_s < dead_after_s")
+        if self.max_attempts < 1 or self.max_rounds < 1 or self.max_hops < 1:
+            raise ValueError("max_attempts, max_rounds and max_hops must be at least 1")
+        if not 0 < self.retry_s <= self.retry_max_s:
+            raise ValueError("need 0 < retry_s <= retry_max_s")
+        if not self.handover_s > 0:
+            raise ValueError("handover_s must be positive")
+        if self.balance not in BALANCERS:
+            raise ValueError(f"balance {self.balance!r}: expected one of {', '.join(BALANCERS)}")
+        if not self.balance_s > 0:
+            raise ValueError("balance_s must be positive")
+        if self.neighbours not in NEIGHBOURS:
+            raise ValueError(f"neighbours {self.neighbours!r}: expected 'direct' or 'indirect'")
+        if self.overprovision != 0 and self.overprovision < 1:
+            raise ValueError("overprovision is 0 (total) or a factor >= 1")
+        if not 0 < self.mpi_port < 65536:
+            raise ValueError(f"mpi_port {self.mpi_port} is not a port")
+        if self.rounds < 0 or self.collective not in ("allreduce", "barrier"):
+            raise ValueError("rounds >= 0, collective 'allreduce' or 'barrier'")
+        if self.payload_bytes < 0 or self.payload_bytes % 8:
+            raise ValueError("payload_bytes must be a non-negative multiple of 8")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """Start rank `rank` of a job (the driver calls task_finished when it ends)."""
+
+    job: int
+    attempt: int
+    round: int
+    rank: int
+    peers: tuple[Address, ...]
+    compute_s: float
+
+
+@dataclass(frozen=True)
+class KillTask:
+    job: int
+    attempt: int
+
+
+Action = RunTask | KillTask
