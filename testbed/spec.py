@@ -8,15 +8,20 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 import tomllib
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from node.cluster.agent import ClusterConfig
+from node.fields import FieldError
+from node.sched.config import SchedConfig
 from testbed.errors import InputError
 
 __all__ = [
@@ -38,6 +43,7 @@ __all__ = [
     "TopologySpec",
     "VivaldiTechnique",
     "apply_overrides",
+    "config_fields",
     "load_any_spec",
     "load_spec",
 ]
@@ -60,6 +66,63 @@ class DimensionSpec(msgspec.Struct, forbid_unknown_fields=True):
     values: list[float] | None = None  # each peer draws one of these
     uniform: tuple[float, float] | None = None  # or a value uniform in [a, b)
     virtual: bool = False  # the random virtual dimension (values drawn uniformly)
+
+
+class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A job trace and what is done to it (docs/workloads.md), in this order."""
+
+    trace: str  # an SWF file (.gz too), path from the current folder
+    min_size: int = 2  # 2: parallel jobs only
+    max_size: int | None = None
+    slice: int | None = None  # the k jobs submitted over the shortest interval
+    window_s: float | None = None  # compress submissions into this long ...
+    load: float | None = None  # ... or so that the offered load on the grid is this
+    runtime_scale: float = 1.0
+    first: int | None = None  # last: keep the first k jobs (the thesis's intense set: 1,000)
+
+
+def _embedding(
+    name: str, config: type, extra: list[tuple[str, Any] | tuple[str, Any, Any]]
+) -> type[msgspec.Struct]:
+    """A spec table that embeds a peer config dataclass: its fields (name, type, default) as
+    the dataclass declares them, and nowhere else, plus the table's own `extra` fields. The
+    dataclass checks its fields when the spec is checked (`_embedded_config`)."""
+    hints = typing.get_type_hints(config)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = list(extra)
+    for field in dataclasses.fields(config):
+        if not field.init or field.name in _NOT_EMBEDDED:
+            continue
+        if field.default is not dataclasses.MISSING:
+            fields.append((field.name, hints[field.name], field.default))
+        else:
+            fields.append((field.name, hints[field.name]))
+    return msgspec.defstruct(
+        name, fields, kw_only=True, forbid_unknown_fields=True, module=__name__
+    )
+
+
+# CanConfig's space comes from [node] dimensions (or a jobs run's resources).
+_NOT_EMBEDDED = {"space"}
+
+
+def config_fields(config: type, table: Any) -> dict[str, Any]:
+    """The values a spec table holds for the fields of the peer config dataclass `config`."""
+    return {
+        f.name: getattr(table, f.name)
+        for f in dataclasses.fields(config)
+        if f.init and hasattr(table, f.name)
+    }
+
+
+def _embedded_config(
+    config: type, table: Any, where: str, fail: Callable[[str, str], None], **given: Any
+) -> Any:
+    """The peer config a spec table describes (`given` adds what the table does not hold);
+    an invalid field fails naming it by its spec path (`where`.field)."""
+    try:
+        return config(**config_fields(config, table), **given)
+    except FieldError as exc:
+        fail(f"{where}.{exc.field}", exc.reason)
 
 
 def _default_dimensions() -> list[DimensionSpec]:
@@ -116,58 +179,39 @@ class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
     seeds: list[int] = msgspec.field(default_factory=lambda: [1])
 
 
-class RunClustersSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """Dynamic clusters in an overlay run (docs/clusters.md): every peer runs the
-    cluster agent (seed 002 §5.1.4); the testbed gives each the peers DTM
-    predicts near it, again whenever peers come and go; the checks after quiet
-    periods judge every cluster against the configured matrix."""
-
-    diameter_ms: float  # D (RTT)
-    size: int = 64  # N
-    memberships: int | None = None  # M (default N)
-    criterion: Literal["fcfs", "global", "greedy"] = "global"
-    aggregate: int = 2  # candidates offered: this many times N
-    trees: int = 9  # DTM trees behind the prediction (the thesis's forest)
-    stable_s: float = 30.0
-    wait_s: float = 5.0
-    heartbeat_s: float = 5.0
-    dead_after_s: float = 20.0
-    report_timeout_s: float = 30.0
-    samples: int = 3
-    verify_s: float = 0.0  # heads measure their clusters again this often (0: never)
+# [clusters] in an overlay run (docs/clusters.md): every peer runs the cluster agent (seed 002
+# §5.1.4); the testbed gives each the peers DTM predicts near it, again whenever peers come
+# and go; the checks after quiet periods judge every cluster against the configured matrix.
+# Every field of the peers' ClusterConfig (D, N, M, criterion, timing), plus:
+RunClustersSpec = _embedding(
+    "RunClustersSpec",
+    ClusterConfig,
+    [
+        ("aggregate", int, 2),  # candidates offered: this many times N
+        ("trees", int, 9),  # DTM trees behind the prediction (the thesis's forest)
+    ],
+)
 
 
-class RunJobsSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """Jobs in an overlay run (docs/scheduling.md): every peer runs the
-    scheduler (node/sched/agent.py), the CAN's dimensions become the cluster's
-    size and inverse latency plus a virtual one (node.dimensions is not used),
-    each peer's point comes from its cluster in a static clustering of the
-    topology's label, and the testbed submits the trace's jobs at their times
-    through random live peers, as their client."""
-
-    workload: WorkloadSpec
-    clustering: str = "ACTUAL"  # ACTUAL, DISJOINT-n or OVERLAP-n of the label
-    label: str = "cluster"
-    latency_ms: float = 1.0  # every parallel job's latency bound (RTT, ms)
-    start_s: float = 30.0  # the trace's time 0 is this far into the run
-    drain_s: float = 600.0  # after the last submission, wait at most this long for outcomes
-    overprovision: float | Literal["total"] = "total"
-    balance: Literal["none", "dlb", "qb", "qb+dlb"] = "qb+dlb"  # of jobs not started yet
-    balance_s: float = 10.0
-    neighbours: Literal["direct", "indirect"] = "direct"  # DLB and QB over these
-    beat_s: float = 2.0
-    dead_after_s: float = 7.0
-    max_attempts: int = 5
-    retry_s: float = 2.0
-    retry_max_s: float = 30.0
-    max_rounds: int = 3
-    handover_s: float = 3.0
-    # The program every rank runs: the built-in MPI-like one (docs/mpi.md) ...
-    rounds: int = 10
-    collective: Literal["allreduce", "barrier"] = "allreduce"
-    payload_bytes: int = 8
-    mpi_port: int = 7100
-    command: str = ""  # ... or a user's own (shell words; rank, size, peers in its environment)
+# [jobs] in an overlay run (docs/scheduling.md): every peer runs the scheduler (node/sched/),
+# the CAN's dimensions become the cluster's size and inverse latency plus a virtual one
+# (node.dimensions is not used), each peer's point comes from its cluster in a static
+# clustering of the topology's label, and the testbed submits the trace's jobs at their
+# times through random live peers, as their client. Every field of the peers' SchedConfig
+# (timing, balancing, over-provisioning, the program every rank runs: the built-in MPI-like
+# one of docs/mpi.md or a user's own `command`), plus:
+RunJobsSpec = _embedding(
+    "RunJobsSpec",
+    SchedConfig,
+    [
+        ("workload", WorkloadSpec),
+        ("clustering", str, "ACTUAL"),  # ACTUAL, DISJOINT-n or OVERLAP-n of the label
+        ("label", str, "cluster"),
+        ("latency_ms", float, 1.0),  # every parallel job's latency bound (RTT, ms)
+        ("start_s", float, 30.0),  # the trace's time 0 is this far into the run
+        ("drain_s", float, 600.0),  # after the last submission, wait this long for outcomes
+    ],
+)
 
 
 class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -192,25 +236,12 @@ def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) ->
         fail("topology.scale", "must be a positive number")
 
 
-def _check_run_clusters(c: RunClustersSpec, fail: Callable[[str, str], None]) -> None:
-    if not (math.isfinite(c.diameter_ms) and c.diameter_ms > 0):
-        fail("clusters.diameter_ms", f"must be a positive number of ms, not {c.diameter_ms}")
-    for field, least in (("size", 2), ("aggregate", 1), ("trees", 1), ("samples", 1)):
+def _check_run_clusters(c: Any, fail: Callable[[str, str], None]) -> None:
+    _embedded_config(ClusterConfig, c, "clusters", fail)
+    # A run's clusters are stricter than an agent's: one of a single peer schedules nothing.
+    for field, least in (("size", 2), ("aggregate", 1), ("trees", 1)):
         if getattr(c, field) < least:
             fail(f"clusters.{field}", f"must be at least {least}, not {getattr(c, field)}")
-    if c.memberships is not None and c.memberships < 1:
-        fail("clusters.memberships", f"must be at least 1, not {c.memberships}")
-    for field in ("stable_s", "wait_s", "heartbeat_s", "dead_after_s", "report_timeout_s"):
-        value = getattr(c, field)
-        if not (math.isfinite(value) and value > 0):
-            fail(f"clusters.{field}", f"must be a positive number of seconds, not {value}")
-    if c.dead_after_s <= c.heartbeat_s:
-        fail("clusters.dead_after_s", "must be longer than clusters.heartbeat_s")
-    if not (math.isfinite(c.verify_s) and c.verify_s >= 0):
-        fail(
-            "clusters.verify_s",
-            f"must be 0 (never) or a positive number of seconds, not {c.verify_s}",
-        )
 
 
 def _check_workload(w: WorkloadSpec, fail: Callable[[str, str], None], where: str) -> None:
@@ -231,41 +262,17 @@ def _check_workload(w: WorkloadSpec, fail: Callable[[str, str], None], where: st
         fail(f"{where}.runtime_scale", f"must be a positive number, not {w.runtime_scale}")
 
 
-def _check_run_jobs(j: RunJobsSpec, fail: Callable[[str, str], None]) -> None:
+def _check_run_jobs(j: Any, fail: Callable[[str, str], None]) -> None:
     _check_workload(j.workload, fail, "jobs.workload")
     if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", j.clustering.strip().upper()):
         fail("jobs.clustering", f"{j.clustering!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
-    for field in (
-        "latency_ms",
-        "beat_s",
-        "dead_after_s",
-        "retry_s",
-        "retry_max_s",
-        "handover_s",
-        "balance_s",
-    ):
-        value = getattr(j, field)
-        if not (math.isfinite(value) and value > 0):
-            fail(f"jobs.{field}", f"must be a positive number, not {value}")
+    if not (math.isfinite(j.latency_ms) and j.latency_ms > 0):
+        fail("jobs.latency_ms", f"must be a positive number, not {j.latency_ms}")
     for field in ("start_s", "drain_s"):
         value = getattr(j, field)
         if not (math.isfinite(value) and value >= 0):
             fail(f"jobs.{field}", f"must be a number of seconds >= 0, not {value}")
-    if j.dead_after_s <= j.beat_s:
-        fail("jobs.dead_after_s", f"must be longer than jobs.beat_s ({j.beat_s})")
-    if j.retry_max_s < j.retry_s:
-        fail("jobs.retry_max_s", f"must be at least jobs.retry_s ({j.retry_s})")
-    for field in ("max_attempts", "max_rounds"):
-        if getattr(j, field) < 1:
-            fail(f"jobs.{field}", f"must be at least 1, not {getattr(j, field)}")
-    if j.overprovision != "total" and not (math.isfinite(j.overprovision) and j.overprovision >= 1):
-        fail("jobs.overprovision", f'{j.overprovision!r}: expected "total" or a factor >= 1')
-    if j.rounds < 0:
-        fail("jobs.rounds", f"must be >= 0, not {j.rounds}")
-    if j.payload_bytes < 0 or j.payload_bytes % 8:
-        fail("jobs.payload_bytes", f"must be a multiple of 8 (float64s), not {j.payload_bytes}")
-    if not 0 < j.mpi_port < 65536:
-        fail("jobs.mpi_port", f"must be a TCP port number, not {j.mpi_port}")
+    _embedded_config(SchedConfig, j, "jobs", fail)
 
 
 def _check(spec: ExperimentSpec, source: str) -> None:
@@ -690,19 +697,6 @@ def load_any_spec(
 
 def _default_prediction() -> DtmTechnique:
     return DtmTechnique(trees=9, tolerance=0.0)
-
-
-class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """A job trace and what is done to it (docs/workloads.md), in this order."""
-
-    trace: str  # an SWF file (.gz too), path from the current folder
-    min_size: int = 2  # 2: parallel jobs only
-    max_size: int | None = None
-    slice: int | None = None  # the k jobs submitted over the shortest interval
-    window_s: float | None = None  # compress submissions into this long ...
-    load: float | None = None  # ... or so that the offered load on the grid is this
-    runtime_scale: float = 1.0
-    first: int | None = None  # last: keep the first k jobs (the thesis's intense set: 1,000)
 
 
 class BalanceSpec(msgspec.Struct, forbid_unknown_fields=True):

@@ -52,7 +52,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from node.cluster.clique import CRITERIA, max_clique_with
 from node.cluster.states import (
@@ -65,6 +65,7 @@ from node.cluster.states import (
     enter_suitor,
     head_step,
 )
+from node.fields import FieldError, check_positive
 from node.wire import (
     ANSWER_ACCEPT,
     ANSWER_DEFER,
@@ -91,12 +92,17 @@ FEED_RETRY_S = 0.1
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Policy (D, N, M, criterion) and timing. Times in seconds of the `now` clock."""
+    """Policy (D, N, M, criterion) and timing. Times in seconds of the `now` clock.
+
+    The only declaration of these fields: a spec's [clusters] table embeds them by name
+    (testbed/spec.py), a peer's JSON document carries them as its "cluster" section. Two
+    defaults follow other fields, here and nowhere else: M is N (seed 002 §5.1: "M = N"), and
+    a measurement stays fresh for half the verification period, at most 60 s."""
 
     diameter_ms: float
     size: int = 64  # N: members at most, the head included
-    memberships: int = 64  # M: clusters a peer is in at most, its own included
-    criterion: str = "global"
+    memberships: int | None = None  # M: clusters a peer is in at most, its own included (N)
+    criterion: Literal["fcfs", "global", "greedy"] = "global"
     stable_s: float = 30.0  # head: candidates unchanged this long = stable (§5.1.4)
     wait_s: float = 5.0  # client: no new solicitation this long = answer
     retry_s: float = 2.0  # head: solicit again (deferred or unanswered)
@@ -105,26 +111,55 @@ class ClusterConfig:
     heartbeat_s: float = 5.0
     dead_after_s: float = 20.0
     samples: int = 3  # RTT samples per measured pair (their minimum counts)
-    fresh_s: float = 60.0  # a measurement this young is used again (rosters overlap)
+    # A measurement this young is used again (rosters overlap); None: min(60, verify_s / 2),
+    # or 60 without verification.
+    fresh_s: float | None = None
     verify_s: float = 0.0  # a STEADY head runs a new round this often (latencies change); 0: never
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.diameter_ms) and self.diameter_ms > 0):
-            raise ValueError(f"cluster.diameter_ms must be positive, not {self.diameter_ms!r}")
+        if self.memberships is None:
+            object.__setattr__(self, "memberships", self.size)
+        if self.fresh_s is None:
+            fresh = min(60.0, self.verify_s / 2) if self.verify_s > 0 else 60.0
+            object.__setattr__(self, "fresh_s", fresh)
+        check_positive("cluster", self, ("diameter_ms",), "ms")
         for name in ("size", "memberships", "retries", "samples"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"cluster.{name} must be a positive integer, not {value!r}")
+                raise FieldError("cluster", name, f"must be a positive integer, not {value!r}")
         if self.criterion not in CRITERIA:
-            raise ValueError(f"cluster.criterion must be one of {CRITERIA}, not {self.criterion!r}")
-        for name in ("stable_s", "wait_s", "retry_s", "report_timeout_s", "heartbeat_s", "fresh_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"cluster.{name} must be a positive number, not {value!r}")
+            raise FieldError(
+                "cluster", "criterion", f"must be one of {CRITERIA}, not {self.criterion!r}"
+            )
+        check_positive(
+            "cluster",
+            self,
+            ("stable_s", "wait_s", "retry_s", "report_timeout_s", "heartbeat_s", "dead_after_s"),
+            "seconds",
+        )
+        check_positive("cluster", self, ("fresh_s",), "seconds")
         if not (math.isfinite(self.verify_s) and self.verify_s >= 0):
-            raise ValueError(f"cluster.verify_s must be 0 or positive, not {self.verify_s!r}")
+            raise FieldError(
+                "cluster",
+                "verify_s",
+                f"must be 0 (never) or a positive number of seconds, not {self.verify_s!r}",
+            )
         if not self.dead_after_s > self.heartbeat_s:
-            raise ValueError("cluster.dead_after_s must exceed cluster.heartbeat_s")
+            raise FieldError(
+                "cluster", "dead_after_s", f"must be longer than heartbeat_s ({self.heartbeat_s})"
+            )
+
+    @property
+    def max_memberships(self) -> int:
+        """M, resolved (memberships is None only until __post_init__ has run)."""
+        assert self.memberships is not None
+        return self.memberships
+
+    @property
+    def fresh_for_s(self) -> float:
+        """fresh_s, resolved."""
+        assert self.fresh_s is not None
+        return self.fresh_s
 
 
 def _hash(addr: Address) -> bytes:
@@ -534,7 +569,7 @@ class ClusterAgent:
     def _places(self) -> int:
         """Heads we may still accept: M less our own cluster less the committed."""
         committed = sum(1 for h in self._heads.values() if h.state != SuitorState.SUITOR)
-        return self.config.memberships - 1 - committed
+        return self.config.max_memberships - 1 - committed
 
     def _rank(self, addr: Address) -> tuple[int | bytes, ...]:
         info = self._heads[addr]
@@ -653,7 +688,7 @@ class ClusterAgent:
     def _rtt_ms(self, target: Address, now: float) -> float | None:
         """A fresh enough measurement of the RTT to `target` (inf: lost), or None."""
         entry = self._rtt.get(target)
-        return entry[0] if entry is not None and now - entry[1] <= self.config.fresh_s else None
+        return entry[0] if entry is not None and now - entry[1] <= self.config.fresh_for_s else None
 
     def _want(self, targets: Sequence[Address], now: float, waiter: Address) -> set[Address]:
         """Measure the targets without a fresh measurement, for `waiter` (a head,

@@ -13,7 +13,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Literal
+
+from node.fields import FieldError, check_positive
 
 __all__ = [
     "BALANCERS",
@@ -54,52 +58,73 @@ FORGET_AFTER = 10  # x dead_after_s: what we heard of a peer, or a job that ende
 
 @dataclass(frozen=True)
 class SchedConfig:
+    """The scheduler's timing and policy. Times in seconds of the `now` clock.
+
+    The only declaration of these fields: a spec's [jobs] table embeds them by name
+    (testbed/spec.py), a peer's JSON document carries them as its "sched" section."""
+
     beat_s: float = 2.0
     dead_after_s: float = 7.0  # silence after which a representative, member or entry is lost
     max_attempts: int = 5  # tries of one job by its entry
     retry_s: float = 2.0  # the back-off after a failed try; doubles with every try ...
     retry_max_s: float = 30.0  # ... up to this
     max_rounds: int = 3  # co-scheduling rounds of one attempt
-    overprovision: float = 0.0  # 0: total (every member); else a factor >= 1
+    # Members a parallel job's task is offered to: "total" (every member of the cluster,
+    # seed 002 §4.3.3) or a factor >= 1 of the job's size.
+    overprovision: float | Literal["total"] = "total"
     max_hops: int = 64
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
     # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the
     # indirect ones (the CAN's neighbours' neighbours: they get our beats too).
-    balance: str = "qb+dlb"
+    balance: Literal["none", "dlb", "qb", "qb+dlb"] = "qb+dlb"
     balance_s: float = 10.0
-    neighbours: str = "direct"
+    neighbours: Literal["direct", "indirect"] = "direct"
     mpi_port: int = 7100  # where a rank listens (one rank per peer at a time)
     rounds: int = 10  # communication rounds of the built-in program
-    collective: str = "allreduce"
+    collective: Literal["allreduce", "barrier"] = "allreduce"
     payload_bytes: int = 8
     # A user's program instead of the built-in one (shell words); it gets
     # TESTBED_RANK, TESTBED_SIZE, TESTBED_PEERS and TESTBED_COMPUTE_S.
     command: str = ""
 
     def __post_init__(self) -> None:
-        if not 0 < self.beat_s < self.dead_after_s:
-            raise ValueError("need 0 < beat_s < dead_after_s")
-        if self.max_attempts < 1 or self.max_rounds < 1 or self.max_hops < 1:
-            raise ValueError("max_attempts, max_rounds and max_hops must be at least 1")
-        if not 0 < self.retry_s <= self.retry_max_s:
-            raise ValueError("need 0 < retry_s <= retry_max_s")
-        if not self.handover_s > 0:
-            raise ValueError("handover_s must be positive")
+        check_positive(
+            "sched", self, ("beat_s", "dead_after_s", "retry_s", "retry_max_s"), "seconds"
+        )
+        check_positive("sched", self, ("handover_s", "balance_s"), "seconds")
+        if self.dead_after_s <= self.beat_s:
+            raise FieldError("sched", "dead_after_s", f"must be longer than beat_s ({self.beat_s})")
+        if self.retry_max_s < self.retry_s:
+            raise FieldError("sched", "retry_max_s", f"must be at least retry_s ({self.retry_s})")
+        for name in ("max_attempts", "max_rounds", "max_hops"):
+            if getattr(self, name) < 1:
+                raise FieldError("sched", name, f"must be at least 1, not {getattr(self, name)}")
+        over = self.overprovision
+        if over != "total" and not (
+            isinstance(over, int | float) and math.isfinite(over) and over >= 1
+        ):
+            raise FieldError(
+                "sched", "overprovision", f'{over!r}: expected "total" or a factor >= 1'
+            )
         if self.balance not in BALANCERS:
-            raise ValueError(f"balance {self.balance!r}: expected one of {', '.join(BALANCERS)}")
-        if not self.balance_s > 0:
-            raise ValueError("balance_s must be positive")
+            raise FieldError("sched", "balance", f"{self.balance!r}: expected one of {BALANCERS}")
         if self.neighbours not in NEIGHBOURS:
-            raise ValueError(f"neighbours {self.neighbours!r}: expected 'direct' or 'indirect'")
-        if self.overprovision != 0 and self.overprovision < 1:
-            raise ValueError("overprovision is 0 (total) or a factor >= 1")
+            raise FieldError("sched", "neighbours", f"{self.neighbours!r}: expected {NEIGHBOURS}")
+        if self.collective not in ("allreduce", "barrier"):
+            raise FieldError(
+                "sched", "collective", f"{self.collective!r}: expected 'allreduce' or 'barrier'"
+            )
         if not 0 < self.mpi_port < 65536:
-            raise ValueError(f"mpi_port {self.mpi_port} is not a port")
-        if self.rounds < 0 or self.collective not in ("allreduce", "barrier"):
-            raise ValueError("rounds >= 0, collective 'allreduce' or 'barrier'")
+            raise FieldError("sched", "mpi_port", f"must be a TCP port number, not {self.mpi_port}")
+        if self.rounds < 0:
+            raise FieldError("sched", "rounds", f"must be >= 0, not {self.rounds}")
         if self.payload_bytes < 0 or self.payload_bytes % 8:
-            raise ValueError("payload_bytes must be a non-negative multiple of 8")
+            raise FieldError(
+                "sched",
+                "payload_bytes",
+                f"must be a multiple of 8 (float64s), not {self.payload_bytes}",
+            )
 
 
 @dataclass(frozen=True)

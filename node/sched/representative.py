@@ -85,7 +85,7 @@ class RepRole:
             ctx.send(entry, JobEnd(job.id, attempt, False, reason, 0.0))
             return
         others = live[1:] if job.size > 1 else []  # a serial job runs here
-        if ctx.config.overprovision and others:
+        if ctx.config.overprovision != "total" and others:
             want = min(len(live), math.ceil(ctx.config.overprovision * job.size))
             others = ctx.rng.sample(others, want - 1)
         rep = self.reps[key] = Rep(job, attempt, entry, [ctx.address, *others], now)

@@ -15,7 +15,7 @@ from node.cluster.agent import ClusterConfig
 from node.peer import NodeConfig
 from node.sched.agent import SchedConfig
 from testbed.seeds import peer_seed
-from testbed.spec import NodeSpec, RunClustersSpec
+from testbed.spec import NodeSpec, RunClustersSpec, config_fields
 
 __all__ = ["build_node_config", "draw_point", "peer_seed"]
 
@@ -43,22 +43,7 @@ def build_node_config(
         forget_after_s=5 * node.update_interval_s,
         propose_scope=node.propose_scope,
     )
-    cluster = None
-    if clusters is not None:
-        cluster = ClusterConfig(
-            diameter_ms=clusters.diameter_ms,
-            size=clusters.size,
-            memberships=clusters.memberships or clusters.size,
-            criterion=clusters.criterion,
-            stable_s=clusters.stable_s,
-            wait_s=clusters.wait_s,
-            heartbeat_s=clusters.heartbeat_s,
-            dead_after_s=clusters.dead_after_s,
-            report_timeout_s=clusters.report_timeout_s,
-            samples=clusters.samples,
-            verify_s=clusters.verify_s,
-            fresh_s=min(60.0, clusters.verify_s / 2) if clusters.verify_s > 0 else 60.0,
-        )
+    cluster = ClusterConfig(**config_fields(ClusterConfig, clusters)) if clusters else None
     key = bytes.fromhex(node.grid_key) if node.grid_key else None
     return NodeConfig(can, key, cluster=cluster, sched=sched)
 

@@ -39,7 +39,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from collections import Counter
@@ -57,6 +56,7 @@ from testbed.analysis.slowdown import BOUND_S, bounded_slowdown, plot_slowdown, 
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.models.central import central_fcfs
+from testbed.spec import config_fields
 from testbed.workload import Workload, describe, prepare_workload
 
 __all__ = [
@@ -444,15 +444,8 @@ class JobsRun:
         self.started: set[int] = set()  # hosts that ran a peer at some point
 
     def sched_config(self) -> SchedConfig:
-        """The peers' SchedConfig: every field of the same name in [jobs]."""
-        j = self.spec
-        given = {
-            f.name: getattr(j, f.name)
-            for f in dataclasses.fields(SchedConfig)
-            if hasattr(j, f.name)
-        }
-        given["overprovision"] = 0.0 if j.overprovision == "total" else float(j.overprovision)
-        return SchedConfig(**given)
+        """The peers' SchedConfig: the [jobs] table embeds its every field."""
+        return SchedConfig(**config_fields(SchedConfig, self.spec))
 
     def point(self, host: int, rng: random.Random) -> tuple[float, ...]:
         return (*self.base[host], rng.random())
