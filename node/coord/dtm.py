@@ -36,6 +36,11 @@
 # two, in log space) is `round_above`; Lowest Quartile belongs to the probing
 # filter (not written yet); Rejoin is `rejoin_all()`.
 #
+# Two parts: _Tree is the tree itself (vertices, weighted edges, the hosts at
+# them and the hosts that stand for each subtree) and its operations; Dtm
+# decides where a host joins (the walks, the fits, the snap) and keeps the
+# join order and the base.
+#
 # Pure Python (numpy only inside predict_all(), for the simulator's all-pairs
 # evaluation); randomness from the injected rng; measurements through the
 # caller's `measure(a, b)`.
@@ -129,64 +134,60 @@ def round_pow2(value: float, above: float) -> float:
     return 2.0 ** round(math.log2(value))
 
 
-class Dtm:
-    """A prediction tree and the joins that build it (one object for all hosts,
-    as the simulator runs it; every decision a host makes uses only what it
-    measured and what the hosts it talks to know)."""
+class _Tree:
+    """The prediction tree: vertices joined by edges of non-negative weight, a
+    host at some of them, and for each vertex a host in its subtree and the
+    deepest one (the hosts a walk measures for a branch). Only tree operations:
+    where a host joins is the Dtm's decision."""
 
-    def __init__(self, config: DtmConfig, rng: random.Random) -> None:
-        self.config = config
-        self.rng = rng
-        # The tree: vertex -> parent (-1 at the root), weight of the edge to the
-        # parent, distance from the root, and hop count from the root.
-        self._parent: list[int] = []
-        self._weight: list[float] = []
-        self._depth: list[float] = []
-        self._level: list[int] = []
-        self._children: list[list[int]] = []
-        self._host_vertex: dict[int, int] = {}
-        self._vertex_host: dict[int, int] = {}
-        self._free: list[int] = []  # vertices removed by leaves, for reuse
-        self._rep: dict[int, int] = {}  # vertex -> a host in its subtree
-        self._deep: dict[int, int] = {}  # vertex -> the deepest host in its subtree
-        self._order: list[int] = []  # hosts in join order (for deterministic choices)
-        self._base: int | None = None  # where joins start their walk
-        self.measurements: dict[int, int] = {}  # host -> measurements it made to join
-        # Walks that skip hosts (jumps, a sample of a star's members) must not
-        # hang c on one of those it did not measure (by a leaf fitted to others).
-        self._skips = bool(config.jump or config.leaf_sample or config.snap)
+    def __init__(self) -> None:
+        # vertex -> parent (-1 at the root), weight of the edge to the parent,
+        # distance from the root, and hop count from the root.
+        self.parent: list[int] = []
+        self.weight: list[float] = []
+        self.depth: list[float] = []
+        self.level: list[int] = []
+        self.children: list[list[int]] = []
+        self.host_vertex: dict[int, int] = {}
+        self.vertex_host: dict[int, int] = {}
+        self.free: list[int] = []  # vertices removed by leaves, for reuse
+        self.rep: dict[int, int] = {}  # vertex -> a host in its subtree
+        self.deep: dict[int, int] = {}  # vertex -> the deepest host in its subtree
 
-    # -- the tree -------------------------------------------------------------------------------------
+    # -- shape and distances -------------------------------------------------------------------------
 
-    @property
-    def hosts(self) -> list[int]:
-        return list(self._order)
-
-    def _new_vertex(self, parent: int, weight: float) -> int:
-        depth = self._depth[parent] + weight if parent >= 0 else 0.0
-        level = self._level[parent] + 1 if parent >= 0 else 0
-        if self._free:
-            v = self._free.pop()
-            self._parent[v], self._weight[v], self._depth[v], self._level[v] = (
+    def new_vertex(self, parent: int, weight: float) -> int:
+        depth = self.depth[parent] + weight if parent >= 0 else 0.0
+        level = self.level[parent] + 1 if parent >= 0 else 0
+        if self.free:
+            v = self.free.pop()
+            self.parent[v], self.weight[v], self.depth[v], self.level[v] = (
                 parent,
                 weight,
                 depth,
                 level,
             )
-            self._children[v] = []
+            self.children[v] = []
         else:
-            v = len(self._parent)
-            self._parent.append(parent)
-            self._weight.append(weight)
-            self._depth.append(depth)
-            self._level.append(level)
-            self._children.append([])
+            v = len(self.parent)
+            self.parent.append(parent)
+            self.weight.append(weight)
+            self.depth.append(depth)
+            self.level.append(level)
+            self.children.append([])
         if parent >= 0:
-            self._children[parent].append(v)
+            self.children[parent].append(v)
         return v
 
-    def _lca(self, u: int, v: int) -> int:
-        parent, level = self._parent, self._level
+    def bump_levels(self, v: int) -> None:
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            self.level[u] = self.level[self.parent[u]] + 1
+            stack.extend(self.children[u])
+
+    def lca(self, u: int, v: int) -> int:
+        parent, level = self.parent, self.level
         while level[u] > level[v]:
             u = parent[u]
         while level[v] > level[u]:
@@ -195,80 +196,31 @@ class Dtm:
             u, v = parent[u], parent[v]
         return u
 
-    def _vertex_distance(self, u: int, v: int) -> float:
-        return self._depth[u] + self._depth[v] - 2 * self._depth[self._lca(u, v)]
+    def vertex_distance(self, u: int, v: int) -> float:
+        return self.depth[u] + self.depth[v] - 2 * self.depth[self.lca(u, v)]
 
-    def predict(self, a: int, b: int) -> float:
-        """Predicted latency between two joined hosts: the tree path length."""
-        return self._vertex_distance(self._host_vertex[a], self._host_vertex[b])
-
-    def predict_all(self, hosts: Sequence[int]) -> np.ndarray:
-        """The predicted matrix for `hosts` (each row by one walk up the tree: fast for thousands)."""
-        import numpy as np  # not at module level: the peer process stays light
-
-        vertices = [self._host_vertex[h] for h in hosts]
-        order = self._euler()
-        position = {v: k for k, v in enumerate(order)}
-        # Host k's place in the DFS order, and each vertex's range of descendants in it.
-        host_pos = np.array([position[v] for v in vertices])
-        size = self._subtree_sizes(order)
-        depth = np.array([self._depth[v] for v in vertices])
-        out = np.empty((len(hosts), len(hosts)))
-        lca_depth = np.empty(len(order))
-        for k, v in enumerate(vertices):
-            chain = []
-            u = v
-            while u >= 0:
-                chain.append(u)
-                u = self._parent[u]
-            for u in reversed(chain):  # root first: deeper ancestors overwrite their part
-                start = position[u]
-                lca_depth[start : start + size[u]] = self._depth[u]
-            out[k] = depth[k] + depth - 2 * lca_depth[host_pos]
-        return out
-
-    def _euler(self) -> list[int]:
-        roots = [
-            v for v in range(len(self._parent)) if self._parent[v] == -1 and v not in self._free
-        ]
-        order: list[int] = []
-        stack = list(reversed(roots))
-        while stack:
-            v = stack.pop()
-            order.append(v)
-            stack.extend(reversed(self._children[v]))
-        return order
-
-    def _subtree_sizes(self, order: list[int]) -> dict[int, int]:
-        size = dict.fromkeys(order, 1)
-        for v in reversed(order):
-            parent = self._parent[v]
-            if parent >= 0:
-                size[parent] += size[v]
-        return size
-
-    def _point_on_path(self, s: int, a: int, x: float) -> tuple[int, float]:
+    def point_on_path(self, s: int, a: int, x: float) -> tuple[int, float]:
         """The point at distance x from vertex s on the tree path s -> a, as
         (v, depth): it lies on the edge from v up to v's parent, at that depth
         from the root (depth == depth[v] means v itself)."""
-        top = self._lca(s, a)
-        up = self._depth[s] - self._depth[top]
+        top = self.lca(s, a)
+        up = self.depth[s] - self.depth[top]
         if x <= up:
-            start, target = s, self._depth[s] - x
+            start, target = s, self.depth[s] - x
         else:
-            start, target = a, self._depth[top] + (x - up)
+            start, target = a, self.depth[top] + (x - up)
         v = start
-        while self._parent[v] >= 0 and self._depth[self._parent[v]] >= target:
-            v = self._parent[v]
+        while self.parent[v] >= 0 and self.depth[self.parent[v]] >= target:
+            v = self.parent[v]
         return v, target
 
-    def _distances_from_point(
+    def distances_from_point(
         self, v: int, depth: float, targets: Sequence[int], ancestors: set[int]
     ) -> list[float]:
         """Tree distances from the point (v, depth) to each vertex in `targets`;
         `ancestors` is v's ancestors and v (each target walks up to one of them:
         their lowest common ancestor)."""
-        parent, depths = self._parent, self._depth
+        parent, depths = self.parent, self.depth
         out = []
         for m in targets:
             lca = m
@@ -280,63 +232,300 @@ class Dtm:
                 out.append(depth + depths[m] - 2 * depths[lca])
         return out
 
-    def _attach(self, v: int, depth: float, leaf: float) -> int:
+    def on_edge(self, x: int, q: int, along: float, leaf: float) -> tuple[int, float, float]:
+        """The point `along` from x towards its neighbour q, with a leaf of that weight."""
+        if q == self.parent[x]:
+            return x, self.depth[x] - along, max(0.0, leaf)
+        return q, self.depth[x] + along, max(0.0, leaf)
+
+    # -- hosts at vertices ---------------------------------------------------------------------------
+
+    def add_host(self, c: int, vertex: int) -> None:
+        """Put host c at `vertex` (new, a leaf): it represents the vertex, and is
+        the deepest host of every ancestor it is deeper than."""
+        self.host_vertex[c] = vertex
+        self.vertex_host[vertex] = c
+        self.rep[vertex] = c
+        self.deep[vertex] = c
+        depth, a = self.depth[vertex], self.parent[vertex]
+        while a >= 0 and self.depth[self.host_vertex[self.deep[a]]] < depth:
+            self.deep[a] = c
+            a = self.parent[a]
+
+    def remove_host(self, c: int) -> None:
+        """Take host c out of the tree; its vertex goes too unless it is a branch
+        point (the tree stays a tree over the others, their distances unchanged).
+
+        Raises:
+            KeyError: c is not in the tree (nothing changed).
+        """
+        v = self.host_vertex.pop(c)
+        del self.vertex_host[v]
+        above = self.parent[v]
+        if not self.children[v]:
+            self.remove_leaf(v)
+        else:
+            above = v  # a branch point as well: it stays, as a vertex without a host
+        # Representatives that named c now name another host below.
+        while above >= 0:
+            if self.deep.get(above) == c:
+                self.deep[above] = self.deepest(above)
+            if self.rep.get(above) == c:
+                self.rep[above] = self.a_host(above)
+            above = self.parent[above]
+
+    def a_host(self, v: int) -> int:
+        """A host in the subtree of v: its own, or its first child's representative."""
+        host = self.vertex_host.get(v)
+        return host if host is not None else self.rep[self.children[v][0]]
+
+    def deepest(self, v: int) -> int:
+        """The deepest host in the subtree of v (from its children's representatives)."""
+        best = self.vertex_host.get(v)
+        for q in self.children[v]:
+            host = self.deep[q]
+            if (
+                best is None
+                or self.depth[self.host_vertex[host]] > self.depth[self.host_vertex[best]]
+            ):
+                best = host
+        assert best is not None
+        return best
+
+    def rep_outside(self, u: int) -> int | None:
+        """A host outside the subtree of u (on the other side of u's parent edge)."""
+        child, p = u, self.parent[u]
+        while p >= 0:
+            host = self.vertex_host.get(p)
+            if host is not None:
+                return host
+            for q in self.children[p]:
+                if q != child:
+                    return self.rep[q]
+            child, p = p, self.parent[p]
+        return None
+
+    def random_host_below(self, v: int, rng: random.Random) -> int:
+        """A host in the subtree of v, by a random walk down (the second and later
+        simulated joins look at other hosts than the first)."""
+        while True:
+            children = self.children[v]
+            host = self.vertex_host.get(v)
+            if host is not None and (not children or rng.random() < 0.5):
+                return host
+            if not children:
+                return self.rep[v]
+            v = children[rng.randrange(len(children))]
+
+    def hosts_near(self, v: int, depth: float, k: int) -> list[int]:
+        """The k hosts nearest the point (v, depth) in the tree (Dijkstra's order)."""
+        heap = [(self.depth[v] - depth, v)]
+        if self.parent[v] >= 0:
+            heap.append((depth - self.depth[self.parent[v]], self.parent[v]))
+        heap.sort()
+        done: set[int] = set()
+        out: list[int] = []
+        while heap and len(out) < k:
+            dist, x = heapq.heappop(heap)
+            if x in done:
+                continue
+            done.add(x)
+            if x in self.vertex_host:
+                out.append(self.vertex_host[x])
+            for q in self.children[x]:
+                heapq.heappush(heap, (dist + self.weight[q], q))
+            if self.parent[x] >= 0:
+                heapq.heappush(heap, (dist + self.weight[x], self.parent[x]))
+        return out
+
+    def stranger_at(self, v: int, depth: float, seen: dict[int, float]) -> bool:
+        """Whether a host c did not measure sits at the point (v, depth). Jumps
+        pass vertices without measuring their branches, a leaf sample leaves most
+        of a star's members unmeasured, and a place seen from the nearest host or
+        a snap may be one of theirs: c would hang on such a host by a leaf fitted
+        to others, 0 within their noise."""
+        close = _CLOSE * max(depth, 1.0)
+        if depth < self.depth[v] - close:
+            v = self.parent[v]
+            if v < 0 or depth > self.depth[v] + close:
+                return False  # inside an edge: no host there
+        stack, visited = [v], {v}
+        while stack:
+            x = stack.pop()
+            host = self.vertex_host.get(x)
+            if host is not None and host not in seen:
+                return True
+            around = [q for q in self.children[x] if self.weight[q] <= close]
+            if self.parent[x] >= 0 and self.weight[x] <= close:
+                around.append(self.parent[x])
+            for q in around:
+                if q not in visited:
+                    visited.add(q)
+                    stack.append(q)
+        return False
+
+    # -- changes of shape ----------------------------------------------------------------------------
+
+    def attach(self, v: int, depth: float, leaf: float) -> int:
         """Hang a new host vertex by an edge of `leaf` from the point (v, depth).
         A point within rounding of a vertex is that vertex (no edges of length 0)."""
-        close = _CLOSE * max(self._depth[v], 1.0)
-        parent = self._parent[v]
-        if depth >= self._depth[v] - close or parent < 0:
+        close = _CLOSE * max(self.depth[v], 1.0)
+        parent = self.parent[v]
+        if depth >= self.depth[v] - close or parent < 0:
             at = v
-        elif depth <= self._depth[parent] + close:
+        elif depth <= self.depth[parent] + close:
             at = parent
         else:
-            at = self._new_vertex(parent, depth - self._depth[parent])
-            self._rep[at] = self._rep[v]
-            self._deep[at] = self._deep[v]
-            self._children[parent].remove(v)
-            self._children[at].append(v)
-            self._parent[v] = at
-            self._weight[v] = self._depth[v] - depth
-            self._bump_levels(v)
-        return self._new_vertex(at, leaf)
+            at = self.new_vertex(parent, depth - self.depth[parent])
+            self.rep[at] = self.rep[v]
+            self.deep[at] = self.deep[v]
+            self.children[parent].remove(v)
+            self.children[at].append(v)
+            self.parent[v] = at
+            self.weight[v] = self.depth[v] - depth
+            self.bump_levels(v)
+        return self.new_vertex(at, leaf)
 
-    def _snap(
-        self, v: int, depth: float, leaf: float, seen: dict[int, float]
-    ) -> tuple[int, float, float]:
-        """c's place (v, depth, leaf), moved to an end of its edge within `snap` x
-        leaf (the upper end first), unless the end fits c's measurements clearly
-        worse (by half as much misfit again): a cluster's member parts from the
-        others by noise, a host on a tree where the tree says."""
-        parent = self._parent[v]
-        reach = self.config.snap * leaf
+    def reroot(self, s: int) -> None:
+        """Make vertex s the root (predictions do not change), when the base left
+        and the host nearest the root takes its place: a walk from a base below
+        the root would see everything above it through one host, the up branch's
+        representative (on a grid, a member of the base's own cluster)."""
+        path = [s]
+        while self.parent[path[-1]] >= 0:
+            path.append(self.parent[path[-1]])
+        weights = [self.weight[v] for v in path[:-1]]
+        for a, b, w in zip(path[:-1], path[1:], weights, strict=True):
+            self.children[b].remove(a)
+            self.children[a].append(b)
+            self.parent[b], self.weight[b] = a, w
+        self.parent[s], self.weight[s] = -1, 0.0
+        top = path[-1]  # the old root: without its host and its one branch, a dead end
+        if top != s and top not in self.vertex_host and not self.children[top]:
+            self.remove_leaf(top)
+        order = [s]
+        self.depth[s], self.level[s] = 0.0, 0
+        for v in order:  # breadth first: parents before children
+            for q in self.children[v]:
+                self.depth[q] = self.depth[v] + self.weight[q]
+                self.level[q] = self.level[v] + 1
+                order.append(q)
+        for v in reversed(order):
+            self.deep[v] = self.deepest(v)
+            self.rep[v] = self.a_host(v)
+
+    def remove_leaf(self, v: int) -> None:
+        parent = self.parent[v]
+        self.free.append(v)
+        self.rep.pop(v, None)
+        self.deep.pop(v, None)
         if parent < 0:
-            return v, depth, leaf
-        if depth - self._depth[parent] <= reach:
-            end = self._depth[parent]
-        elif self._depth[v] - depth <= reach:
-            end = self._depth[v]
-        else:
-            return v, depth, leaf
-        if end == depth:  # at a vertex already
-            return v, depth, leaf
-        fits = self._fits([(v, depth, leaf), (v, end, leaf)], seen)
-        if len(fits) < 2:  # a host c did not measure sits at the end
-            return v, depth, leaf
-        (here, misfit_here), (there, misfit_there) = fits
-        return there if misfit_there <= _SNAP_MISFIT * misfit_here else here
+            return
+        self.children[parent].remove(v)
+        if parent in self.vertex_host:
+            return
+        if not self.children[parent]:
+            self.remove_leaf(parent)
+        elif len(self.children[parent]) == 1 and self.parent[parent] >= 0:
+            # A bend with one branch left: splice it out (depths are unchanged).
+            child = self.children[parent][0]
+            grand = self.parent[parent]
+            self.children[grand].remove(parent)
+            self.children[grand].append(child)
+            self.parent[child] = grand
+            self.weight[child] += self.weight[parent]
+            self.free.append(parent)
+            self.rep.pop(parent, None)
+            self.deep.pop(parent, None)
+            self.bump_levels(child)
 
-    def _bump_levels(self, v: int) -> None:
-        stack = [v]
+    # -- all pairs (the simulator's evaluation) ------------------------------------------------------
+
+    def distances(self, vertices: Sequence[int]) -> np.ndarray:
+        """The tree distances between `vertices`, as a matrix (each row by one walk
+        up the tree: fast for thousands)."""
+        import numpy as np  # not at module level: the peer process stays light
+
+        order = self.euler()
+        position = {v: k for k, v in enumerate(order)}
+        # Host k's place in the DFS order, and each vertex's range of descendants in it.
+        host_pos = np.array([position[v] for v in vertices])
+        size = self.subtree_sizes(order)
+        depth = np.array([self.depth[v] for v in vertices])
+        out = np.empty((len(vertices), len(vertices)))
+        lca_depth = np.empty(len(order))
+        for k, v in enumerate(vertices):
+            chain = []
+            u = v
+            while u >= 0:
+                chain.append(u)
+                u = self.parent[u]
+            for u in reversed(chain):  # root first: deeper ancestors overwrite their part
+                start = position[u]
+                lca_depth[start : start + size[u]] = self.depth[u]
+            out[k] = depth[k] + depth - 2 * lca_depth[host_pos]
+        return out
+
+    def euler(self) -> list[int]:
+        roots = [v for v in range(len(self.parent)) if self.parent[v] == -1 and v not in self.free]
+        order: list[int] = []
+        stack = list(reversed(roots))
         while stack:
-            u = stack.pop()
-            self._level[u] = self._level[self._parent[u]] + 1
-            stack.extend(self._children[u])
+            v = stack.pop()
+            order.append(v)
+            stack.extend(reversed(self.children[v]))
+        return order
 
-    # -- joins --------------------------------------------------------------------------------------
+    def subtree_sizes(self, order: list[int]) -> dict[int, int]:
+        size = dict.fromkeys(order, 1)
+        for v in reversed(order):
+            parent = self.parent[v]
+            if parent >= 0:
+                size[parent] += size[v]
+        return size
+
+
+class Dtm:
+    """A prediction tree and the joins that build it (one object for all hosts,
+    as the simulator runs it; every decision a host makes uses only what it
+    measured and what the hosts it talks to know)."""
+
+    def __init__(self, config: DtmConfig, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+        self._tree = _Tree()
+        self._order: list[int] = []  # hosts in join order (for deterministic choices)
+        self._base: int | None = None  # where joins start their walk
+        self.measurements: dict[int, int] = {}  # host -> measurements it made to join
+        # Walks that skip hosts (jumps, a sample of a star's members) must not
+        # hang c on one of those it did not measure (by a leaf fitted to others).
+        self._skips = bool(config.jump or config.leaf_sample or config.snap)
+
+    # -- predictions ---------------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[int]:
+        return list(self._order)
+
+    def level(self, host: int) -> int:
+        """How many edges lie between joined host `host` and the tree's root."""
+        return self._tree.level[self._tree.host_vertex[host]]
+
+    def predict(self, a: int, b: int) -> float:
+        """Predicted latency between two joined hosts: the tree path length."""
+        tree = self._tree
+        return tree.vertex_distance(tree.host_vertex[a], tree.host_vertex[b])
+
+    def predict_all(self, hosts: Sequence[int]) -> np.ndarray:
+        """The predicted matrix for `hosts` (each row by one walk up the tree: fast for thousands)."""
+        return self._tree.distances([self._tree.host_vertex[h] for h in hosts])
+
+    # -- joins ---------------------------------------------------------------------------------------
 
     def join(self, c: int, measure: Measure) -> None:
         """Add host c, measuring through `measure(c, other)` (counted in `measurements[c]`)."""
-        if c in self._host_vertex:
+        tree = self._tree
+        if c in tree.host_vertex:
             raise ValueError(f"host {c} has already joined")
         seen: dict[int, float] = {}
         rounding = self.config.round_above
@@ -352,11 +541,11 @@ class Dtm:
 
         self.measurements.setdefault(c, 0)
         if not self._order:
-            vertex = self._new_vertex(-1, 0.0)
+            vertex = tree.new_vertex(-1, 0.0)
         else:
             if self._base is None:  # the first host; once it left, the one nearest the root
-                self._base = min(self._order, key=lambda h: self._depth[self._host_vertex[h]])
-                self._reroot(self._host_vertex[self._base])
+                self._base = min(self._order, key=lambda h: tree.depth[tree.host_vertex[h]])
+                tree.reroot(tree.host_vertex[self._base])
             base = self._base
             candidates = []
             for k in range(self.config.simulated_joins):
@@ -369,67 +558,14 @@ class Dtm:
                 candidates.extend(self._near_points(seen))
             v, depth, leaf = self._best_place(candidates, seen)
             if self.config.leaf_hosts:
-                for host in self._hosts_near(v, depth, self.config.leaf_hosts):
+                for host in tree.hosts_near(v, depth, self.config.leaf_hosts):
                     m(host)
                 v, depth, leaf = self._best_place([(v, depth, leaf)], seen)
             if self.config.snap:
                 v, depth, leaf = self._snap(v, depth, leaf, seen)
-            vertex = self._attach(v, depth, leaf)
-        self._host_vertex[c] = vertex
-        self._vertex_host[vertex] = c
-        self._rep[vertex] = c
-        self._deep[vertex] = c
-        depth, a = self._depth[vertex], self._parent[vertex]
-        while a >= 0 and self._depth[self._host_vertex[self._deep[a]]] < depth:
-            self._deep[a] = c
-            a = self._parent[a]
+            vertex = tree.attach(v, depth, leaf)
+        tree.add_host(c, vertex)
         self._order.append(c)
-
-    def _a_host(self, v: int) -> int:
-        """A host in the subtree of v: its own, or its first child's representative."""
-        host = self._vertex_host.get(v)
-        return host if host is not None else self._rep[self._children[v][0]]
-
-    def _deepest(self, v: int) -> int:
-        """The deepest host in the subtree of v (from its children's representatives)."""
-        best = self._vertex_host.get(v)
-        for q in self._children[v]:
-            host = self._deep[q]
-            if (
-                best is None
-                or self._depth[self._host_vertex[host]] > self._depth[self._host_vertex[best]]
-            ):
-                best = host
-        assert best is not None
-        return best
-
-    def _reroot(self, s: int) -> None:
-        """Make vertex s the root (predictions do not change), when the base left
-        and the host nearest the root takes its place: a walk from a base below
-        the root would see everything above it through one host, the up branch's
-        representative (on a grid, a member of the base's own cluster)."""
-        path = [s]
-        while self._parent[path[-1]] >= 0:
-            path.append(self._parent[path[-1]])
-        weights = [self._weight[v] for v in path[:-1]]
-        for a, b, w in zip(path[:-1], path[1:], weights, strict=True):
-            self._children[b].remove(a)
-            self._children[a].append(b)
-            self._parent[b], self._weight[b] = a, w
-        self._parent[s], self._weight[s] = -1, 0.0
-        top = path[-1]  # the old root: without its host and its one branch, a dead end
-        if top != s and top not in self._vertex_host and not self._children[top]:
-            self._remove_leaf(top)
-        order = [s]
-        self._depth[s], self._level[s] = 0.0, 0
-        for v in order:  # breadth first: parents before children
-            for q in self._children[v]:
-                self._depth[q] = self._depth[v] + self._weight[q]
-                self._level[q] = self._level[v] + 1
-                order.append(q)
-        for v in reversed(order):
-            self._deep[v] = self._deepest(v)
-            self._rep[v] = self._a_host(v)
 
     def _descend(
         self, base: int, m: Callable[[int], float], shuffle: bool
@@ -445,11 +581,12 @@ class Dtm:
         each tried branch says c parts from it), its end last, as
         (v, depth, leaf weight).
         """
+        tree = self._tree
         d_base = m(base)
-        s = self._host_vertex[base]
+        s = tree.host_vertex[base]
 
         def runs_with(host: int) -> float:  # the Gromov product (host | c) seen from the base
-            return (self._vertex_distance(s, self._host_vertex[host]) + d_base - m(host)) / 2
+            return (tree.vertex_distance(s, tree.host_vertex[host]) + d_base - m(host)) / 2
 
         u, came, at = s, -1, 0.0  # current vertex, where we came from, its distance from s
         tolerance = max(self.config.tolerance, _CLOSE) * max(d_base, 1e-12)
@@ -465,7 +602,7 @@ class Dtm:
             leaves: list[tuple[int, int, int, float]] = []
             for branch in self._branches(u, came, tolerance, shuffle):
                 x, q = branch[0], branch[1]
-                (leaves if q != self._parent[x] and not self._children[q] else inner).append(branch)
+                (leaves if q != tree.parent[x] and not tree.children[q] else inner).append(branch)
             room = max(0, sample - len(inner))
             if self.config.leaf_sample:
                 room = min(room, self.config.leaf_sample)
@@ -477,20 +614,20 @@ class Dtm:
                 if k == len(inner) and best is not None and best[2] > at + reach + tolerance:
                     break
                 g = runs_with(host)
-                if q != self._parent[x] and self._deep[q] != host:
+                if q != tree.parent[x] and tree.deep[q] != host:
                     # A branch down runs as far with c as the further of its oldest
                     # and its deepest host says: one host stands for the branch
                     # only on a tree metric (on a grid the oldest may be a member
                     # of the cluster it starts at, and hosts of the clusters
                     # beyond it, rejoining, hung beside their own).
-                    g = max(g, runs_with(self._deep[q]))
+                    g = max(g, runs_with(tree.deep[q]))
                 if g > at + tolerance:
-                    seen.append(self._on_edge(x, q, min(g, at + weight) - at, d_base - g))
+                    seen.append(tree.on_edge(x, q, min(g, at + weight) - at, d_base - g))
                     if best is None or g > best[2]:
                         best, best_at = (x, q, g, weight), len(seen) - 1
             if best is None:
-                return [*seen, (u, self._depth[u], max(0.0, d_base - at))]
-            seen.append((u, self._depth[u], max(0.0, d_base - at)))
+                return [*seen, (u, tree.depth[u], max(0.0, d_base - at))]
+            seen.append((u, tree.depth[u], max(0.0, d_base - at)))
             x, q, g, weight = best
             if g >= at + weight - tolerance:
                 jump = self._jump(s, x, q, at, runs_with, tolerance, d_base)
@@ -499,13 +636,13 @@ class Dtm:
                     continue
                 v, depth, g_deep = jump
                 del seen[best_at]  # the point at q: its branches go unmeasured
-                if depth < self._depth[v]:  # c parts inside the edge above v
+                if depth < tree.depth[v]:  # c parts inside the edge above v
                     return [*seen, (v, depth, max(0.0, d_base - g_deep))]
-                u, came, at = v, self._parent[v], depth
-                if u in self._vertex_host:  # a host at the landing point: measured too
-                    runs_with(self._vertex_host[u])
+                u, came, at = v, tree.parent[v], depth
+                if u in tree.vertex_host:  # a host at the landing point: measured too
+                    runs_with(tree.vertex_host[u])
                 continue
-            return [*seen, self._on_edge(x, q, g - at, d_base - g)]
+            return [*seen, tree.on_edge(x, q, g - at, d_base - g)]
 
     def _jump(
         self,
@@ -521,40 +658,36 @@ class Dtm:
         below q (the walk runs on from x into q), as (v, depth, g): the vertex v
         itself when depth == depth[v] (the walk goes on from there), else the
         point inside the edge above v. None: take one edge as before."""
-        if not self.config.jump or d_base - at > self.config.jump * d_base or self._parent[q] != x:
+        tree = self._tree
+        if not self.config.jump or d_base - at > self.config.jump * d_base or tree.parent[q] != x:
             return None  # c is further off than jumps go, or not a branch down
-        t = self._host_vertex[self._deep[q]]  # measured already, trying the branch
-        g = min(runs_with(self._deep[q]), self._depth[t])  # s is the root: depth = d_T(s, .)
-        if g <= self._depth[q] + tolerance or g >= d_base:
+        t = tree.host_vertex[tree.deep[q]]  # measured already, trying the branch
+        g = min(runs_with(tree.deep[q]), tree.depth[t])  # s is the root: depth = d_T(s, .)
+        if g <= tree.depth[q] + tolerance or g >= d_base:
             return None  # no further than q, or more than the tree can explain
         # The topmost vertex within the tolerance of the point: c is on it, or
         # parts inside the edge above it.
         near = max(tolerance, _CLOSE * max(g, 1.0))
-        v, _ = self._point_on_path(s, t, g - near)
-        return v, (self._depth[v] if self._depth[v] <= g + near else g), g
+        v, _ = tree.point_on_path(s, t, g - near)
+        return v, (tree.depth[v] if tree.depth[v] <= g + near else g), g
 
     def _near_points(self, seen: dict[int, float]) -> list[tuple[int, float, float]]:
         """Where c parts, seen from the nearest host a it measured, from the path
         to each other host b it measured: at (d(c, a) + d_T(a, b) - d(c, b)) / 2
         from a (Sequoia's join point with a as the base), a's vertex first."""
+        tree = self._tree
         (a, d_a), *others = heapq.nsmallest(
             self.config.near_points + 1, seen.items(), key=lambda item: (item[1], item[0])
         )
-        s = self._host_vertex[a]
-        out = [(s, self._depth[s], d_a)]
+        s = tree.host_vertex[a]
+        out = [(s, tree.depth[s], d_a)]
         for b, d_b in others:
-            t = self._host_vertex[b]
-            span = self._vertex_distance(s, t)
+            t = tree.host_vertex[b]
+            span = tree.vertex_distance(s, t)
             x = min(max((d_a + span - d_b) / 2, 0.0), span)
-            v, depth = self._point_on_path(s, t, x)
+            v, depth = tree.point_on_path(s, t, x)
             out.append((v, depth, max(0.0, d_a - x)))
         return out
-
-    def _on_edge(self, x: int, q: int, along: float, leaf: float) -> tuple[int, float, float]:
-        """The point `along` from x towards its neighbour q, with a leaf of that weight."""
-        if q == self._parent[x]:
-            return x, self._depth[x] - along, max(0.0, leaf)
-        return q, self._depth[x] + along, max(0.0, leaf)
 
     def _branches(
         self, u: int, came: int, tolerance: float, shuffle: bool
@@ -564,58 +697,34 @@ class Dtm:
         the branches beyond them count as u's, and a host there is one too (its
         distance is c's leaf: without it, c could hang there by a leaf fitted to
         far hosts only, 0 within their noise, and its whole cluster after it)."""
+        tree = self._tree
         out = []
         seen = {u, came}
         stack = [u]
         while stack:
             x = stack.pop()
-            around = [(q, True) for q in self._children[x]]
-            if self._parent[x] >= 0:
-                around.append((self._parent[x], False))
+            around = [(q, True) for q in tree.children[x]]
+            if tree.parent[x] >= 0:
+                around.append((tree.parent[x], False))
             for q, down in around:
                 if q in seen:
                     continue
                 seen.add(q)
-                weight = self._weight[q] if down else self._weight[x]
+                weight = tree.weight[q] if down else tree.weight[x]
                 if weight <= tolerance:
                     stack.append(q)
-                    if q in self._vertex_host:  # a host at this very point: measured too
-                        out.append((x, q, self._vertex_host[q], weight))
+                    if q in tree.vertex_host:  # a host at this very point: measured too
+                        out.append((x, q, tree.vertex_host[q], weight))
                     continue
                 if not down:
-                    host = self._rep_outside(x)
+                    host = tree.rep_outside(x)
                 elif shuffle:
-                    host = self._random_host_below(q)
+                    host = tree.random_host_below(q, self.rng)
                 else:
-                    host = self._rep[q]
+                    host = tree.rep[q]
                 if host is not None:
                     out.append((x, q, host, weight))
         return out
-
-    def _random_host_below(self, v: int) -> int:
-        """A host in the subtree of v, by a random walk down (the second and later
-        simulated joins look at other hosts than the first)."""
-        while True:
-            children = self._children[v]
-            host = self._vertex_host.get(v)
-            if host is not None and (not children or self.rng.random() < 0.5):
-                return host
-            if not children:
-                return self._rep[v]
-            v = children[self.rng.randrange(len(children))]
-
-    def _rep_outside(self, u: int) -> int | None:
-        """A host outside the subtree of u (on the other side of u's parent edge)."""
-        child, p = u, self._parent[u]
-        while p >= 0:
-            host = self._vertex_host.get(p)
-            if host is not None:
-                return host
-            for q in self._children[p]:
-                if q != child:
-                    return self._rep[q]
-            child, p = p, self._parent[p]
-        return None
 
     def _best_place(
         self, candidates: list[tuple[int, float, float]], seen: dict[int, float]
@@ -632,7 +741,7 @@ class Dtm:
     ) -> list[tuple[tuple[int, float, float], float]]:
         """Each candidate (one a point with fit_leaf, none where a stranger sits)
         with its leaf fitted, and its misfit: the sum of relative errors."""
-        targets = [self._host_vertex[other] for other in seen]
+        targets = [self._tree.host_vertex[other] for other in seen]
         measured = list(seen.values())
         weights = [1 / max(d, 1e-12) for d in measured]
         half = sum(weights) / 2
@@ -644,15 +753,15 @@ class Dtm:
                 if (v, depth) in tried:
                     continue
                 tried.add((v, depth))
-            if self._skips and self._stranger_at(v, depth, seen):
+            if self._skips and self._tree.stranger_at(v, depth, seen):
                 continue
             if v not in ancestors:
                 chain, u = set(), v
                 while u >= 0:
                     chain.add(u)
-                    u = self._parent[u]
+                    u = self._tree.parent[u]
                 ancestors[v] = chain
-            tree = self._distances_from_point(v, depth, targets, ancestors[v])
+            tree = self._tree.distances_from_point(v, depth, targets, ancestors[v])
             if self.config.fit_leaf:
                 acc = 0.0
                 for gap, weight in sorted(
@@ -676,100 +785,41 @@ class Dtm:
             fits.append(((v, depth, leaf), misfit))
         return fits
 
-    def _hosts_near(self, v: int, depth: float, k: int) -> list[int]:
-        """The k hosts nearest the point (v, depth) in the tree (Dijkstra's order)."""
-        heap = [(self._depth[v] - depth, v)]
-        if self._parent[v] >= 0:
-            heap.append((depth - self._depth[self._parent[v]], self._parent[v]))
-        heap.sort()
-        done: set[int] = set()
-        out: list[int] = []
-        while heap and len(out) < k:
-            dist, x = heapq.heappop(heap)
-            if x in done:
-                continue
-            done.add(x)
-            if x in self._vertex_host:
-                out.append(self._vertex_host[x])
-            for q in self._children[x]:
-                heapq.heappush(heap, (dist + self._weight[q], q))
-            if self._parent[x] >= 0:
-                heapq.heappush(heap, (dist + self._weight[x], self._parent[x]))
-        return out
+    def _snap(
+        self, v: int, depth: float, leaf: float, seen: dict[int, float]
+    ) -> tuple[int, float, float]:
+        """c's place (v, depth, leaf), moved to an end of its edge within `snap` x
+        leaf (the upper end first), unless the end fits c's measurements clearly
+        worse (by half as much misfit again): a cluster's member parts from the
+        others by noise, a host on a tree where the tree says."""
+        tree = self._tree
+        parent = tree.parent[v]
+        reach = self.config.snap * leaf
+        if parent < 0:
+            return v, depth, leaf
+        if depth - tree.depth[parent] <= reach:
+            end = tree.depth[parent]
+        elif tree.depth[v] - depth <= reach:
+            end = tree.depth[v]
+        else:
+            return v, depth, leaf
+        if end == depth:  # at a vertex already
+            return v, depth, leaf
+        fits = self._fits([(v, depth, leaf), (v, end, leaf)], seen)
+        if len(fits) < 2:  # a host c did not measure sits at the end
+            return v, depth, leaf
+        (here, misfit_here), (there, misfit_there) = fits
+        return there if misfit_there <= _SNAP_MISFIT * misfit_here else here
 
-    def _stranger_at(self, v: int, depth: float, seen: dict[int, float]) -> bool:
-        """Whether a host c did not measure sits at the point (v, depth). Jumps
-        pass vertices without measuring their branches, a leaf sample leaves most
-        of a star's members unmeasured, and a place seen from the nearest host or
-        a snap may be one of theirs: c would hang on such a host by a leaf fitted
-        to others, 0 within their noise."""
-        close = _CLOSE * max(depth, 1.0)
-        if depth < self._depth[v] - close:
-            v = self._parent[v]
-            if v < 0 or depth > self._depth[v] + close:
-                return False  # inside an edge: no host there
-        stack, visited = [v], {v}
-        while stack:
-            x = stack.pop()
-            host = self._vertex_host.get(x)
-            if host is not None and host not in seen:
-                return True
-            around = [q for q in self._children[x] if self._weight[q] <= close]
-            if self._parent[x] >= 0 and self._weight[x] <= close:
-                around.append(self._parent[x])
-            for q in around:
-                if q not in visited:
-                    visited.add(q)
-                    stack.append(q)
-        return False
-
-    # -- leaving and rejoining ------------------------------------------------------------------------
+    # -- leaving and rejoining -----------------------------------------------------------------------
 
     def leave(self, c: int) -> None:
         """Remove host c; the tree stays a tree over the others (their predictions do not change)."""
-        v = self._host_vertex.pop(c)
-        del self._vertex_host[v]
+        self._tree.remove_host(c)
         self._order.remove(c)
         self.measurements.setdefault(c, 0)
         if c == self._base:
             self._base = None
-        above = self._parent[v]
-        if not self._children[v]:
-            self._remove_leaf(v)
-        else:
-            above = v  # a branch point as well: it stays, as a vertex without a host
-        # Representatives that named c now name another host below.
-        while above >= 0:
-            if self._deep.get(above) == c:
-                self._deep[above] = self._deepest(above)
-            if self._rep.get(above) == c:
-                self._rep[above] = self._a_host(above)
-            above = self._parent[above]
-
-    def _remove_leaf(self, v: int) -> None:
-        parent = self._parent[v]
-        self._free.append(v)
-        self._rep.pop(v, None)
-        self._deep.pop(v, None)
-        if parent < 0:
-            return
-        self._children[parent].remove(v)
-        if parent in self._vertex_host:
-            return
-        if not self._children[parent]:
-            self._remove_leaf(parent)
-        elif len(self._children[parent]) == 1 and self._parent[parent] >= 0:
-            # A bend with one branch left: splice it out (depths are unchanged).
-            child = self._children[parent][0]
-            grand = self._parent[parent]
-            self._children[grand].remove(parent)
-            self._children[grand].append(child)
-            self._parent[child] = grand
-            self._weight[child] += self._weight[parent]
-            self._free.append(parent)
-            self._rep.pop(parent, None)
-            self._deep.pop(parent, None)
-            self._bump_levels(child)
 
     def rejoin_all(self, measure: Measure) -> None:
         """The Rejoin variant: once everyone has joined, each host in join order

@@ -88,40 +88,55 @@ def check_can(
     violations: list[Violation] = []
     expected = set(expected_members) if expected_members is not None else {d["host"] for d in dumps}
     members = [d for d in dumps if d["status"] == "member" and d["lo"]]
-    violations.extend(
-        Violation("membership", [d["host"]], f"status {d['status']}")
-        for d in dumps
-        if d["host"] in expected and (d["status"] != "member" or not d["lo"])
-    )
-    dumped = {d["host"] for d in dumps}
-    violations.extend(
-        Violation("membership", [host], "no state dump (the peer is not running)")
-        for host in sorted(expected - dumped)
-    )
+    violations.extend(_membership(dumps, expected))
     report = CanReport(len(members), violations)
     if not members:
         return report
-    n, dims = len(members), space.n
     names = [d["host"] for d in members]
     ids = [d["id"] for d in members]
     by_id = {ident: k for k, ident in enumerate(ids)}
-    if len(by_id) != n:
+    if len(by_id) != len(members):
         violations.append(Violation("identity", names, "two peers share an id"))
     lo = np.array([d["lo"] for d in members], dtype=np.float64)
     hi = np.array([d["hi"] for d in members], dtype=np.float64)
     point = np.array([d["point"] for d in members], dtype=np.float64)
-    span = np.array(space.span)
+    violations.extend(_zones(space, lo, hi, point, names))
+    adjacency, tiling = _tiling(space, lo, hi, names)
+    violations.extend(tiling)
+    violations.extend(_tables(members, names, by_id, adjacency, hosts_of))
+    if not any(v.kind in ("overlap", "gap", "outside") for v in violations):
+        _check_routing(space, members, by_id, lo, hi, names, routes, seed, report)
+    return report
 
+
+def _membership(dumps: Sequence[dict[str, Any]], expected: set[str]) -> list[Violation]:
+    """Expected members that are not members, or left no state dump."""
+    out = [
+        Violation("membership", [d["host"]], f"status {d['status']}")
+        for d in dumps
+        if d["host"] in expected and (d["status"] != "member" or not d["lo"])
+    ]
+    dumped = {d["host"] for d in dumps}
+    out.extend(
+        Violation("membership", [host], "no state dump (the peer is not running)")
+        for host in sorted(expected - dumped)
+    )
+    return out
+
+
+def _zones(
+    space: Space, lo: np.ndarray, hi: np.ndarray, point: np.ndarray, names: list[str]
+) -> list[Violation]:
+    """Zones that leave the space, and points outside their own zone."""
     outside = np.any((lo < np.array(space.lo)) | (hi > np.array(space.hi)), axis=1)
-    violations.extend(
+    out = [
         Violation(
             "outside", [names[k]], f"zone {lo[k].tolist()}..{hi[k].tolist()} leaves the space"
         )
         for k in np.flatnonzero(outside)
-    )
-
+    ]
     inside = np.all((lo <= point) & (point < hi), axis=1)
-    violations.extend(
+    out.extend(
         Violation(
             "point",
             [names[k]],
@@ -129,7 +144,18 @@ def check_can(
         )
         for k in np.flatnonzero(~inside)
     )
+    return out
 
+
+def _tiling(
+    space: Space, lo: np.ndarray, hi: np.ndarray, names: list[str]
+) -> tuple[list[set[int]], list[Violation]]:
+    """Whether the zones tile the space: who is adjacent to whom (by the zones,
+    the truth the neighbour tables are checked against), and each overlap, then
+    a gap (checked only without overlaps)."""
+    n, dims = len(names), space.n
+    violations: list[Violation] = []
+    span = np.array(space.span)
     # Pairwise relations, one row at a time (n^2 d work, n^2 memory only per row).
     adjacency: list[set[int]] = []
     overlaps = 0
@@ -154,7 +180,20 @@ def check_can(
                 f"zones cover {volume:.12f} of the space",
             )
         )
+    return adjacency, violations
 
+
+def _tables(
+    members: list[dict[str, Any]],
+    names: list[str],
+    by_id: dict[int, int],
+    adjacency: list[set[int]],
+    hosts_of: Callable[[set[int]], Mapping[int, str]] | None,
+) -> list[Violation]:
+    """Each member's neighbour table against the true adjacency: ghosts (ids of
+    no live member), missing and extra neighbours, and stale zones."""
+    ids = [d["id"] for d in members]
+    out: list[Violation] = []
     all_ghosts = {nb["id"] for d in members for nb in d["neighbors"]} - by_id.keys()
     ghost_names = dict(hosts_of(all_ghosts)) if hosts_of is not None and all_ghosts else {}
     for i, d in enumerate(members):
@@ -164,7 +203,7 @@ def check_can(
         missing = adjacency[i] - known
         extra = known - adjacency[i]
         if ghosts:
-            violations.append(
+            out.append(
                 Violation(
                     "neighbor-ghost",
                     [names[i], *sorted({ghost_names[t] for t in ghosts if t in ghost_names})],
@@ -173,7 +212,7 @@ def check_can(
                 )
             )
         if missing:
-            violations.append(
+            out.append(
                 Violation(
                     "neighbor-missing",
                     [names[i], *(names[j] for j in sorted(missing))],
@@ -181,7 +220,7 @@ def check_can(
                 )
             )
         if extra:
-            violations.append(
+            out.append(
                 Violation(
                     "neighbor-extra",
                     [names[i], *(names[j] for j in sorted(extra))],
@@ -194,17 +233,14 @@ def check_can(
             if table[ids[j]]["lo"] != members[j]["lo"] or table[ids[j]]["hi"] != members[j]["hi"]
         ]
         if stale:
-            violations.append(
+            out.append(
                 Violation(
                     "neighbor-stale",
                     [names[i], *(names[j] for j in sorted(stale))],
                     "table holds an old zone",
                 )
             )
-
-    if not any(v.kind in ("overlap", "gap", "outside") for v in violations):
-        _check_routing(space, members, by_id, lo, hi, names, routes, seed, report)
-    return report
+    return out
 
 
 def _gap_borders(

@@ -61,37 +61,19 @@ def check_clusters(
         own = [tuple(a) for a in state["own"]]
         advertised = [tuple(a) for a in state["advertised"]]
         for which, members in (("own", own), ("advertised", advertised)):
-            names = [name_of.get(a) for a in members]
-            gone = [
-                hosts.get(a, f"{a[0]}:{a[1]}")
-                for a, n in zip(members, names, strict=True)
-                if n is None
-            ]
-            if gone:
-                out.append(
-                    Violation(
-                        "cluster-stale",
-                        [host, *gone[:5]],
-                        f"{which} cluster lists {len(gone)} peer(s) not running: {', '.join(gone[:5])}",
-                    )
+            out.extend(
+                _check_cluster(
+                    host,
+                    which,
+                    members,
+                    name_of=name_of,
+                    hosts=hosts,
+                    rtt_ms=rtt_ms,
+                    index=index,
+                    size=size,
+                    diameter_ms=diameter_ms,
                 )
-            live = [n for n in names if n is not None]
-            if len(members) > size:
-                out.append(
-                    Violation(
-                        "cluster-oversized", [host], f"{which} cluster of {len(members)} > N={size}"
-                    )
-                )
-            far = _far_pair(live, rtt_ms, index, diameter_ms)
-            if far is not None:
-                a, b, rtt = far
-                out.append(
-                    Violation(
-                        "cluster-inaccurate",
-                        [live[0], a, b],
-                        f"{which} cluster: {a}-{b} at {rtt:.4g} ms > D={diameter_ms:g} ms",
-                    )
-                )
+            )
         if (
             advertised
             and name_of.get(advertised[0]) is not None
@@ -104,6 +86,51 @@ def check_clusters(
         for host, count in sorted(crowd.items())
         if count > memberships
     )
+    return out
+
+
+def _check_cluster(
+    host: str,
+    which: str,
+    members: list[tuple[Any, ...]],
+    *,
+    name_of: Mapping[tuple[Any, ...], str],
+    hosts: Mapping[tuple[str, int], str],
+    rtt_ms: np.ndarray,
+    index: Mapping[str, int],
+    size: int,
+    diameter_ms: float,
+) -> list[Violation]:
+    """One cluster `host` reports (`which`: its own or the one it advertises):
+    stale, oversized or inaccurate."""
+    out: list[Violation] = []
+    names = [name_of.get(a) for a in members]
+    gone = [
+        hosts.get(a, f"{a[0]}:{a[1]}") for a, n in zip(members, names, strict=True) if n is None
+    ]
+    if gone:
+        out.append(
+            Violation(
+                "cluster-stale",
+                [host, *gone[:5]],
+                f"{which} cluster lists {len(gone)} peer(s) not running: {', '.join(gone[:5])}",
+            )
+        )
+    live = [n for n in names if n is not None]
+    if len(members) > size:
+        out.append(
+            Violation("cluster-oversized", [host], f"{which} cluster of {len(members)} > N={size}")
+        )
+    far = _far_pair(live, rtt_ms, index, diameter_ms)
+    if far is not None:
+        a, b, rtt = far
+        out.append(
+            Violation(
+                "cluster-inaccurate",
+                [live[0], a, b],
+                f"{which} cluster: {a}-{b} at {rtt:.4g} ms > D={diameter_ms:g} ms",
+            )
+        )
     return out
 
 

@@ -6,6 +6,9 @@
 #   rerun) execute the same thing. The compiler replays the script in time
 #   order against a model of the hosts (idle, up, frozen; when each joined)
 #   and resolves every selector at the moment it acts, with one seeded rng.
+#   A _Player acts out each statement: a handler per verb (the _START table)
+#   at the statement's start, which may schedule more steps (the spread
+#   events, a span's undo) on the compiler's queue.
 #
 #   Counts are spread, states are held: `from A to B join 10` spreads ten
 #   joins evenly over [A, B) (each picks its host when it happens), while
@@ -202,7 +205,7 @@ def compile_churn(
                     f"(line {stop.line})",
                 )
         _check_when(statement, model)
-        later(statement.start, statement.line, _starter(statement, model, rng, events, later))
+        later(statement.start, statement.line, _Player(statement, model, rng, events, later).start)
 
     while queue:
         t, line, _, action = heapq.heappop(queue)
@@ -272,23 +275,39 @@ def _check_when(statement: Statement, model: _Model) -> None:
             raise model.fail(statement, f"frame {frame:g} does not exist (frames 1..{frames})")
 
 
-def _starter(
-    statement: Statement,
-    model: _Model,
-    rng: random.Random,
-    events: list[Event],
-    later: Callable[[float, int, Callable[[float], None]], None],
-) -> Callable[[float], None]:
-    """What happens at a statement's start (which may schedule more)."""
-    verb, line = statement.verb, statement.line
-    universe_names = list(model.universe.names)
+class _Player:
+    """Acts out one statement against the model: `start` at its start time,
+    by a handler per verb (_START), which may schedule more through `later`."""
 
-    def emit(t: float, verb: str, **fields: Any) -> None:
-        events.append(Event(t=round(t, 6), verb=verb, line=line, **fields))
+    def __init__(
+        self,
+        statement: Statement,
+        model: _Model,
+        rng: random.Random,
+        events: list[Event],
+        later: Callable[[float, int, Callable[[float], None]], None],
+    ) -> None:
+        self.statement = statement
+        self.model = model
+        self.rng = rng
+        self.events = events
+        self.later = later
+        self.verb, self.line = statement.verb, statement.line
+        self.universe_names = list(model.universe.names)
+        self.token = id(statement)  # a timed freeze thaws only what it froze itself
 
-    token = id(statement)  # a timed freeze thaws only what it froze itself
+    def start(self, t: float) -> None:
+        handler = _START.get(self.verb)
+        if handler is not None:
+            handler(self, t)
 
-    def apply_hosts(t: float, verb: str, hosts: list[str]) -> None:
+    # -- what the statement does ----------------------------------------------------------------
+
+    def emit(self, t: float, verb: str, **fields: Any) -> None:
+        self.events.append(Event(t=round(t, 6), verb=verb, line=self.line, **fields))
+
+    def apply_hosts(self, t: float, verb: str, hosts: list[str]) -> None:
+        model = self.model
         for host in hosts:
             if verb == "join":
                 model.up[host] = t
@@ -296,13 +315,14 @@ def _starter(
                 model.up.pop(host, None)
                 model.frozen.pop(host, None)
             elif verb == "freeze":
-                model.frozen[host] = token
+                model.frozen[host] = self.token
             elif verb == "thaw":
                 model.frozen.pop(host, None)
         if hosts:
-            emit(t, verb, hosts=tuple(hosts))
+            self.emit(t, verb, hosts=tuple(hosts))
 
-    def select(t: float, verb: str, selector: Selector, count: int | None) -> list[str]:
+    def select(self, t: float, verb: str, selector: Selector, count: int | None) -> list[str]:
+        model, statement = self.model, self.statement
         pool = model.pool(verb)
         if selector.group is not None:
             wanted = set(model.members_of(selector.group, statement))
@@ -327,139 +347,163 @@ def _starter(
                 f"({_pool_words(verb)})",
             )
         if selector.how == "random":
-            return sorted(rng.sample(pool, count), key=model.index.__getitem__)
+            return sorted(self.rng.sample(pool, count), key=model.index.__getitem__)
         if verb == "join":  # newest/oldest of idle hosts: by the topology's order
             return pool[-count:] if selector.how == "newest" and count else pool[:count]
         by_age = sorted(pool, key=lambda h: model.up[h])
         return by_age[-count:][::-1] if selector.how == "newest" and count else by_age[:count]
 
-    def start(t: float) -> None:
-        if verb in ("join", "leave", "crash", "freeze", "thaw"):
-            selector = statement.selector
-            assert selector is not None
-            # A percentage: of the hosts up (for join: of all the run's hosts, as
-            # phases do); `k% of G`: of G's hosts up (for join: of all of G's hosts).
-            scope = (
-                model.members_of(selector.group, statement)
-                if selector.group is not None
-                else universe_names
+    # -- one handler per verb ---------------------------------------------------------------------
+
+    def start_hosts(self, t: float) -> None:
+        """join, leave, crash, freeze, thaw: at once, or a count spread over the span."""
+        model, statement, verb, line = self.model, self.statement, self.verb, self.line
+        selector = statement.selector
+        assert selector is not None
+        # A percentage: of the hosts up (for join: of all the run's hosts, as
+        # phases do); `k% of G`: of G's hosts up (for join: of all of G's hosts).
+        scope = (
+            model.members_of(selector.group, statement)
+            if selector.group is not None
+            else self.universe_names
+        )
+        base = len(scope) if verb == "join" else sum(1 for h in scope if h in model.up)
+        count = model.how_many(selector.count, base) if selector.count is not None else None
+        if statement.end is None or verb in ("freeze", "thaw"):
+            hosts = self.select(t, verb, selector, count)
+            self.apply_hosts(t, verb, hosts)
+            if verb == "freeze" and statement.end is not None:
+                end = statement.end
+
+                def thaw(t: float, hosts: list[str] = hosts) -> None:
+                    mine = [h for h in hosts if model.frozen.get(h) == self.token]
+                    self.apply_hosts(t, "thaw", mine)
+
+                self.later(end, line, thaw)
+            return
+        # A count spread over the span: each event picks its host when it happens.
+        if selector.how == "group":
+            hosts = self.select(t, verb, selector, None)
+            steps = _spread(t, statement.end, len(hosts))
+            for host, when in zip(hosts, steps, strict=True):
+                self.later(when, line, lambda t, host=host: self.one(t, host))
+            return
+        assert count is not None
+        single = Selector(selector.how, Count(1), selector.group)
+        for when in _spread(t, statement.end, count):
+            self.later(
+                when, line, lambda t: self.apply_hosts(t, verb, self.select(t, verb, single, 1))
             )
-            base = len(scope) if verb == "join" else sum(1 for h in scope if h in model.up)
-            count = model.how_many(selector.count, base) if selector.count is not None else None
-            if statement.end is None or verb in ("freeze", "thaw"):
-                hosts = select(t, verb, selector, count)
-                apply_hosts(t, verb, hosts)
-                if verb == "freeze" and statement.end is not None:
-                    end = statement.end
 
-                    def thaw(t: float, hosts: list[str] = hosts) -> None:
-                        mine = [h for h in hosts if model.frozen.get(h) == token]
-                        apply_hosts(t, "thaw", mine)
+    def start_churn(self, t: float) -> None:
+        statement, model = self.statement, self.model
+        share = statement.value
+        assert share is not None
+        if statement.end is None:
+            count = math.floor(share * len(model.up) + 0.5)
+            self.replace(t, count)
+            return
+        span = statement.end - t
+        total = share * len(model.up) * (span / statement.period if statement.period else 1.0)
+        for when in _spread(t, statement.end, math.floor(total + 0.5)):
+            self.later(when, self.line, lambda t: self.replace(t, 1))
 
-                    later(end, line, thaw)
-                return
-            # A count spread over the span: each event picks its host when it happens.
-            if selector.how == "group":
-                hosts = select(t, verb, selector, None)
-                steps = _spread(t, statement.end, len(hosts))
-                for host, when in zip(hosts, steps, strict=True):
-                    later(when, line, lambda t, host=host: _one(t, host))
-                return
-            assert count is not None
-            single = Selector(selector.how, Count(1), selector.group)
-            for when in _spread(t, statement.end, count):
-                later(when, line, lambda t: apply_hosts(t, verb, select(t, verb, single, 1)))
-        elif verb == "churn":
-            share = statement.value
-            assert share is not None
-            if statement.end is None:
-                count = math.floor(share * len(model.up) + 0.5)
-                _replace(t, count)
-                return
-            span = statement.end - t
-            total = share * len(model.up) * (span / statement.period if statement.period else 1.0)
-            for when in _spread(t, statement.end, math.floor(total + 0.5)):
-                later(when, line, lambda t: _replace(t, 1))
-        elif verb == "partition":
-            sides = []
-            for side in statement.groups:
-                if isinstance(side, Selector):  # random k (%) of the hosts on no other side
-                    named = {
-                        h
-                        for g in statement.groups
-                        if isinstance(g, Group)
-                        for h in model.members_of(g, statement)
-                    }
-                    free = [
-                        h
-                        for h in universe_names
-                        if h not in named and not any(h in s for s in sides)
-                    ]
-                    assert side.count is not None
-                    count = model.how_many(side.count, len(universe_names))
-                    if count > len(free):
-                        raise model.fail(
-                            statement,
-                            f"{count} host(s) for a side, but only {len(free)} are on no other side",
-                        )
-                    sides.append(sorted(rng.sample(free, count), key=model.index.__getitem__))
-                else:
-                    sides.append(model.members_of(side, statement))
-            for k, side in enumerate(sides, start=1):
-                if not side:
-                    raise model.fail(statement, f"side {k} of the partition has no host")
-            if len(sides) == 1 and len(sides[0]) == len(universe_names):
-                raise model.fail(statement, "one side holding every host is no partition")
-            seen: dict[str, int] = {}
-            for k, side in enumerate(sides):
-                for host in side:
-                    if host in seen and seen[host] != k:
-                        raise model.fail(statement, f"{host} is on two sides of the partition")
-                    seen[host] = k
-            emit(t, "partition", groups=tuple(tuple(s) for s in sides))
-            if statement.end is not None:
-                later(statement.end, line, lambda t: emit(t, "heal"))
-        elif verb == "heal":
-            emit(t, "heal")
-        elif verb in ("latency", "loss"):
-            groups = tuple(tuple(model.members_of(g, statement)) for g in statement.groups)
-            emit(t, verb, groups=groups, value=statement.value)
-            if statement.end is not None:
-                undo = None if verb == "latency" else 0.0
-                later(statement.end, line, lambda t: emit(t, verb, groups=groups, value=undo))
-        elif verb == "frame":
-            assert statement.value is not None
-            before, model.frame = model.frame, int(statement.value)
-            emit(t, "frame", value=statement.value)
-            if statement.end is not None:
+    def start_partition(self, t: float) -> None:
+        statement, model, universe_names = self.statement, self.model, self.universe_names
+        sides = []
+        for side in statement.groups:
+            if isinstance(side, Selector):  # random k (%) of the hosts on no other side
+                named = {
+                    h
+                    for g in statement.groups
+                    if isinstance(g, Group)
+                    for h in model.members_of(g, statement)
+                }
+                free = [
+                    h for h in universe_names if h not in named and not any(h in s for s in sides)
+                ]
+                assert side.count is not None
+                count = model.how_many(side.count, len(universe_names))
+                if count > len(free):
+                    raise model.fail(
+                        statement,
+                        f"{count} host(s) for a side, but only {len(free)} are on no other side",
+                    )
+                sides.append(sorted(self.rng.sample(free, count), key=model.index.__getitem__))
+            else:
+                sides.append(model.members_of(side, statement))
+        for k, side in enumerate(sides, start=1):
+            if not side:
+                raise model.fail(statement, f"side {k} of the partition has no host")
+        if len(sides) == 1 and len(sides[0]) == len(universe_names):
+            raise model.fail(statement, "one side holding every host is no partition")
+        seen: dict[str, int] = {}
+        for k, side in enumerate(sides):
+            for host in side:
+                if host in seen and seen[host] != k:
+                    raise model.fail(statement, f"{host} is on two sides of the partition")
+                seen[host] = k
+        self.emit(t, "partition", groups=tuple(tuple(s) for s in sides))
+        if statement.end is not None:
+            self.later(statement.end, self.line, lambda t: self.emit(t, "heal"))
 
-                def back(t: float) -> None:
-                    model.frame = before
-                    emit(t, "frame", value=float(before))
+    def start_heal(self, t: float) -> None:
+        self.emit(t, "heal")
 
-                later(statement.end, line, back)
-        elif verb == "flap":
-            groups = tuple(tuple(model.members_of(g, statement)) for g in statement.groups)
-            assert statement.period is not None
-            assert statement.end is not None
-            k, when = 0, t
-            while when < statement.end - 1e-9:
-                emit(when, "cut" if k % 2 == 0 else "mend", groups=groups)
-                k += 1
-                when = t + k * statement.period
-            if k % 2 == 1:
-                emit(statement.end, "mend", groups=groups)
-        elif verb == "stop":
-            emit(t, "stop")
+    def start_link(self, t: float) -> None:
+        """latency and loss between groups (undone at the span's end)."""
+        statement, verb = self.statement, self.verb
+        groups = tuple(tuple(self.model.members_of(g, statement)) for g in statement.groups)
+        self.emit(t, verb, groups=groups, value=statement.value)
+        if statement.end is not None:
+            undo = None if verb == "latency" else 0.0
+            self.later(
+                statement.end, self.line, lambda t: self.emit(t, verb, groups=groups, value=undo)
+            )
 
-    def _one(t: float, host: str) -> None:
+    def start_frame(self, t: float) -> None:
+        statement, model = self.statement, self.model
+        assert statement.value is not None
+        before, model.frame = model.frame, int(statement.value)
+        self.emit(t, "frame", value=statement.value)
+        if statement.end is not None:
+
+            def back(t: float) -> None:
+                model.frame = before
+                self.emit(t, "frame", value=float(before))
+
+            self.later(statement.end, self.line, back)
+
+    def start_flap(self, t: float) -> None:
+        statement = self.statement
+        groups = tuple(tuple(self.model.members_of(g, statement)) for g in statement.groups)
+        assert statement.period is not None
+        assert statement.end is not None
+        k, when = 0, t
+        while when < statement.end - 1e-9:
+            self.emit(when, "cut" if k % 2 == 0 else "mend", groups=groups)
+            k += 1
+            when = t + k * statement.period
+        if k % 2 == 1:
+            self.emit(statement.end, "mend", groups=groups)
+
+    def start_stop(self, t: float) -> None:
+        self.emit(t, "stop")
+
+    # -- steps scheduled for later ----------------------------------------------------------------
+
+    def one(self, t: float, host: str) -> None:
+        """One named host of a group spread over a span does the statement's verb."""
+        model, verb = self.model, self.verb
         if host not in model.pool(verb):
             raise model.fail(
-                statement, f"at {_when(t)} {host} cannot {verb}: {_state(model, host)}"
+                self.statement, f"at {_when(t)} {host} cannot {verb}: {_state(model, host)}"
             )
-        apply_hosts(t, verb, [host])
+        self.apply_hosts(t, verb, [host])
 
-    def _replace(t: float, count: int) -> None:
+    def replace(self, t: float, count: int) -> None:
+        """Churn: `count` random hosts up leave and as many idle ones join."""
+        model, statement = self.model, self.statement
         if count == 0:
             return
         leavers = model.pool("leave")
@@ -474,12 +518,28 @@ def _starter(
                 f"at {_when(t)} churn replaces {count} host(s) but only {len(joiners)} are idle "
                 "to take their place (the topology needs more hosts than the run keeps up)",
             )
-        out = sorted(rng.sample(leavers, count), key=model.index.__getitem__)
-        new = sorted(rng.sample(joiners, count), key=model.index.__getitem__)
-        apply_hosts(t, "leave", out)
-        apply_hosts(t, "join", new)
+        out = sorted(self.rng.sample(leavers, count), key=model.index.__getitem__)
+        new = sorted(self.rng.sample(joiners, count), key=model.index.__getitem__)
+        self.apply_hosts(t, "leave", out)
+        self.apply_hosts(t, "join", new)
 
-    return start
+
+# What a statement does at its start, by verb (a verb not listed does nothing).
+_START: dict[str, Callable[[_Player, float], None]] = {
+    "join": _Player.start_hosts,
+    "leave": _Player.start_hosts,
+    "crash": _Player.start_hosts,
+    "freeze": _Player.start_hosts,
+    "thaw": _Player.start_hosts,
+    "churn": _Player.start_churn,
+    "partition": _Player.start_partition,
+    "heal": _Player.start_heal,
+    "latency": _Player.start_link,
+    "loss": _Player.start_link,
+    "frame": _Player.start_frame,
+    "flap": _Player.start_flap,
+    "stop": _Player.start_stop,
+}
 
 
 def _spread(start: float, end: float, count: int) -> list[float]:

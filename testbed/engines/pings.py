@@ -27,7 +27,7 @@ from node.control import ControlError, request, request_when_up
 from testbed.engines.emu import START_TIMEOUT_S, peer_argv
 from testbed.engines.peers import build_node_config, draw_point, peer_seed
 from testbed.errors import EmulationError
-from testbed.net import open_wan
+from testbed.net import HostProcess, Wan, open_wan
 from testbed.runs import write_json
 from testbed.spec import NodeSpec
 from testbed.topology import Topology
@@ -100,52 +100,19 @@ def ping_all_pairs(
         (run_dir / "peers").mkdir(exist_ok=True)
         n = len(wan.hosts)
         controls = [str(wan.sockets_dir / f"{h.name}.ctl") for h in wan.hosts]
-        addresses = [[h.ip, node.port] for h in wan.hosts]
-        procs = [
-            wan.popen(
-                host,
-                peer_argv(
-                    host.name,
-                    f"{host.ip}:{node.port}",
-                    config_path,
-                    draw_point(node, rng),
-                    peer_seed(seed, k, 1),
-                    run_dir / "peers" / f"{host.name}.jsonl",
-                    controls[k],
-                ),
-                label="node",
-            )
-            for k, host in enumerate(wan.hosts)
-        ]
-        for k, proc in enumerate(procs):
-            request_when_up(
-                controls[k],
-                "status",
-                running=lambda p=proc: p.poll() is None,
-                wait_s=START_TIMEOUT_S,
-            )
+        procs = _start_probers(wan, node, config_path, controls, rng, seed, run_dir)
         configured = wan.configured_one_way_ms()
         configured = configured + configured.T
         started = time.monotonic()
-        done = 0
-
-        def measure(a: int) -> dict[str, Any]:
-            others = [addresses[b] for b in range(n) if b != a]
-            # every sample can take the prober's timeout; the budget paces the rest
-            budget_s = 60.0 + len(others) * samples / rate + 2.0 * samples
-            return request(controls[a], "rtt", targets=others, samples=samples, timeout_s=budget_s)
-
-        table: list[list[list[float]]] = [[[] for _ in range(n)] for _ in range(n)]
-        lost = np.zeros((n, n), dtype=np.int64)
-        with ThreadPoolExecutor(max(1, min(concurrency, n))) as pool:
-            for a, answer in enumerate(pool.map(measure, range(n))):
-                others = [b for b in range(n) if b != a]
-                for b, rtts, missing in zip(others, answer["rtts_s"], answer["lost"], strict=True):
-                    table[a][b] = [x * 1e3 for x in rtts]
-                    lost[a, b] = missing
-                done += 1
-                if on_host is not None:
-                    on_host(done)
+        addresses = [[h.ip, node.port] for h in wan.hosts]
+        table, lost = _measure_all(
+            controls,
+            addresses,
+            samples=samples,
+            rate=rate,
+            concurrency=concurrency,
+            on_host=on_host,
+        )
         wall = time.monotonic() - started
         for k, proc in enumerate(procs):
             with contextlib.suppress(ControlError):
@@ -160,3 +127,74 @@ def ping_all_pairs(
             f"see {run_dir / 'pings.json'} and {run_dir / 'wan'}"
         )
     return result
+
+
+def _start_probers(
+    wan: Wan,
+    node: NodeSpec,
+    config_path: Path,
+    controls: list[str],
+    rng: random.Random,
+    seed: int,
+    run_dir: Path,
+) -> list[HostProcess]:
+    """Start one peer per host (its point drawn from `rng` in host order) and
+    wait until each answers on its control socket."""
+    procs = [
+        wan.popen(
+            host,
+            peer_argv(
+                host.name,
+                f"{host.ip}:{node.port}",
+                config_path,
+                draw_point(node, rng),
+                peer_seed(seed, k, 1),
+                run_dir / "peers" / f"{host.name}.jsonl",
+                controls[k],
+            ),
+            label="node",
+        )
+        for k, host in enumerate(wan.hosts)
+    ]
+    for k, proc in enumerate(procs):
+        request_when_up(
+            controls[k],
+            "status",
+            running=lambda p=proc: p.poll() is None,
+            wait_s=START_TIMEOUT_S,
+        )
+    return procs
+
+
+def _measure_all(
+    controls: list[str],
+    addresses: list[list[Any]],
+    *,
+    samples: int,
+    rate: float,
+    concurrency: int,
+    on_host: Callable[[int], None] | None,
+) -> tuple[list[list[list[float]]], np.ndarray]:
+    """Have every peer measure all others (`concurrency` at a time): the RTTs in
+    ms per ordered pair, and the samples lost per pair."""
+    n = len(controls)
+    done = 0
+
+    def measure(a: int) -> dict[str, Any]:
+        others = [addresses[b] for b in range(n) if b != a]
+        # every sample can take the prober's timeout; the budget paces the rest
+        budget_s = 60.0 + len(others) * samples / rate + 2.0 * samples
+        return request(controls[a], "rtt", targets=others, samples=samples, timeout_s=budget_s)
+
+    table: list[list[list[float]]] = [[[] for _ in range(n)] for _ in range(n)]
+    lost = np.zeros((n, n), dtype=np.int64)
+    with ThreadPoolExecutor(max(1, min(concurrency, n))) as pool:
+        for a, answer in enumerate(pool.map(measure, range(n))):
+            others = [b for b in range(n) if b != a]
+            for b, rtts, missing in zip(others, answer["rtts_s"], answer["lost"], strict=True):
+                table[a][b] = [x * 1e3 for x in rtts]
+                lost[a, b] = missing
+            done += 1
+            if on_host is not None:
+                on_host(done)
+    return table, lost

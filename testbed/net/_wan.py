@@ -9,6 +9,9 @@
 #   returns a Wan. Every step is logged to <run>/testbed.log as it happens.
 #   Wan.close() undoes all of it in reverse; it runs on exceptions and Ctrl-C
 #   (the Wan is a context manager) and ignores further Ctrl-C while it works.
+#   The steps that need none of the Wan's state (the engine's configuration
+#   and its wait for readiness, the calibration, reaping an exec'd process)
+#   are functions after the class.
 #
 # Names: host k is "h<k>" everywhere (Mininet CLI, control calls, logs); the
 # topology node it emulates (e.g. "n17" of PlanetLab) is EmuHost.node.
@@ -263,7 +266,8 @@ class Wan:
         if calibrate and len(self.hosts) >= 2:
             if progress:
                 progress.phase("calibrating")
-            self.calibration = self._calibrate()
+            assert self.engine is not None
+            self.calibration = _calibrate(self.engine, self.hosts, self.run_dir)
             self._log.write("bringup.calibration", **_asdict(self.calibration))
         self._load_checked(self.topology, clamp=clamp, initial=True)
         assert self.engine is not None
@@ -275,24 +279,12 @@ class Wan:
     def _start_engine(self, *, realtime: bool, seed: int) -> None:
         engine_dir = self.run_dir / "engine"
         engine_dir.mkdir(exist_ok=True)
-        n = len(self.hosts)
-        zero = engine_dir / "zero.f64"
-        write_delay_file(zero, [[0.0] * n for _ in range(n)])
         # Not in the run folder: a Unix socket path is limited to 107 bytes.
         # Not an abstract socket either: those are per network namespace.
         control = self._record.control_path
-        config = {
-            "hosts": n,
-            "ip_base": self.plan.ip_base,
-            "matrix_path": str(zero),
-            "control_path": str(control),
-            "log_path": str(engine_dir / "engine.log"),
-            "queue": 0,
-            "seed": seed,
-            "realtime_priority": 20 if realtime else 0,
-        }
-        config_path = engine_dir / "config.json"
-        write_json(config_path, config)
+        config_path = _write_engine_config(
+            engine_dir, self.plan, len(self.hosts), control, realtime=realtime, seed=seed
+        )
         ready_r, ready_w = os.pipe()
         argv = [
             *nsenter_argv(self.plan.core_netns),
@@ -314,107 +306,8 @@ class Wan:
             )
         os.close(ready_w)
         self._record.add_pid(self._engine_proc.pid)
-        line = b""
-        deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
-        try:
-            while b"\n" not in line:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise EmulationError(
-                        f"the delay engine did not start within {ENGINE_READY_TIMEOUT_S:.0f} s; see {engine_dir / 'engine.stderr'}"
-                    )
-                readable, _, _ = select.select([ready_r], [], [], remaining)
-                if readable:
-                    chunk = os.read(ready_r, 64)
-                    if not chunk:
-                        err = (
-                            (engine_dir / "engine.stderr")
-                            .read_text(errors="replace")
-                            .strip()
-                            .splitlines()
-                        )
-                        raise EmulationError(
-                            "the delay engine exited during start-up: "
-                            + (err[-1] if err else f"exit code {self._engine_proc.wait()}")
-                        )
-                    line += chunk
-        finally:
-            os.close(ready_r)
+        _await_engine_ready(ready_r, self._engine_proc, engine_dir)
         self.engine = EngineClient(control)
-
-    def _calibrate(self) -> Calibration:
-        """Measure the RTT of the path with nothing held, and tell the engine.
-
-        The probes go in short rounds and the quietest round counts: this
-        machine's scheduling noise only ever adds latency, comes in bursts, and
-        a burst during calibration would otherwise inflate the offset, so that
-        every later delay came out short by the burst's size.
-        """
-        assert self.engine is not None
-        n = len(self.hosts)
-        pairs = [(k, (k + 1) % n) for k in range(min(n, 4))]
-        if n == 2:
-            pairs = [(0, 1), (1, 0)]
-        samples = max(1, CALIBRATION_PROBES // CALIBRATION_ROUNDS // len(pairs))
-        rounds: list[list[float]] = []
-        procs: list[float] = []
-        lost = sent = 0
-        with IcmpProber([h.netns for h in self.hosts], [h.ip for h in self.hosts]) as prober:
-            # A short warm-up first: caches, the engine's first wake-ups.
-            prober.probe(pairs, samples=5, rate_per_s=CALIBRATION_RATE_PER_S, timeout_s=0.5, seed=1)
-            for k in range(CALIBRATION_ROUNDS + CALIBRATION_EXTRA_ROUNDS):
-                if k >= CALIBRATION_ROUNDS:
-                    # Every round so far was noisy (a burst on a shared machine
-                    # that outlasted them all): pause and measure again, since
-                    # a burst passes and the floor must not keep it. (Nothing
-                    # answered at all is no burst: the error below says so.)
-                    if not rounds or _quiet(rounds):
-                        break
-                    time.sleep(CALIBRATION_PAUSE_S)
-                self.engine.counters(reset=True)
-                result = prober.probe(
-                    pairs,
-                    samples=samples,
-                    rate_per_s=CALIBRATION_RATE_PER_S,
-                    timeout_s=1.0,
-                    seed=2 + k,
-                )
-                lost, sent = lost + result.lost, sent + result.sent
-                rtts = [r for per_pair in result.rtts_s for r in per_pair]
-                if rtts:
-                    rounds.append(rtts)
-                    procs.append(float(self.engine.stats()["immediate_us"].get("p50", 0.0)))
-        rtts = [r for per_round in rounds for r in per_round]
-        if len(rtts) < sent // 2:
-            raise EmulationError(
-                f"calibration lost {lost} of {sent} probes between hosts with no delay configured; "
-                f"the WAN core does not forward (see {self.run_dir / 'engine'})"
-            )
-        quiet = min(range(len(rounds)), key=lambda k: _percentile(rounds[k], 50))
-        proc_us = procs[quiet]
-        rtt_p50_ms = _percentile(rounds[quiet], 50) * 1e3
-        rtt_p99_ms = _percentile(rtts, 99) * 1e3
-        offset_us = max(0.0, rtt_p50_ms * 1e3 / 2 - proc_us)
-        # The floor is the 90th percentile of the zero-delay RTT, in the
-        # quietest round. Higher percentiles measure this machine's wake-up
-        # noise (a vCPU woken from idle can take 0.2-2 ms on a shared host)
-        # and swing from run to run.
-        floor_rtt_ms = float(
-            np.ceil(min(_percentile(r, FLOOR_PERCENTILE) for r in rounds) * 1e3 / FLOOR_GRAIN_MS)
-            * FLOOR_GRAIN_MS
-        )
-        self.engine.set_calibration(
-            path_offset_s=offset_us * 1e-6, floor_one_way_s=floor_rtt_ms / 2 * 1e-3
-        )
-        return Calibration(
-            floor_rtt_ms=round(floor_rtt_ms, 4),
-            rtt0_p50_ms=round(rtt_p50_ms, 4),
-            rtt0_p99_ms=round(rtt_p99_ms, 4),
-            engine_proc_us=round(proc_us, 1),
-            path_offset_us=round(offset_us, 1),
-            samples=len(rtts),
-            rounds=len(rounds),
-        )
 
     def _load_checked(self, topology: Topology, *, clamp: bool, initial: bool = False) -> int:
         """Check `topology` against the floor, clamp or refuse, and load it into the engine."""
@@ -621,29 +514,10 @@ class Wan:
         while pending:
             still = []
             for proc in pending:
-                code = proc.poll()
-                if code is None and deadline is not None and time.monotonic() >= deadline:
-                    proc.terminate(grace_s=1.0)
-                    result = ExecResult(
-                        proc.host,
-                        None,
-                        time.monotonic() - proc.started,
-                        proc.stdout_path,
-                        proc.stderr_path,
-                        True,
-                    )
-                elif code is None:
+                result = _finished(proc, deadline)
+                if result is None:
                     still.append(proc)
                     continue
-                else:
-                    result = ExecResult(
-                        proc.host,
-                        code,
-                        time.monotonic() - proc.started,
-                        proc.stdout_path,
-                        proc.stderr_path,
-                        False,
-                    )
                 results[proc.host.index] = result
                 self._log.write(
                     "process.exit",
@@ -884,6 +758,157 @@ class Wan:
             if exc is None:
                 raise
             # An exception is already on its way; do not hide it. The run log has the details.
+
+
+def _finished(proc: HostProcess, deadline: float | None) -> ExecResult | None:
+    """proc's result if it has exited, or once stopped now that `deadline` (on
+    time.monotonic()) has passed; None while it may run on."""
+    code = proc.poll()
+    if code is None and deadline is not None and time.monotonic() >= deadline:
+        proc.terminate(grace_s=1.0)
+        timed_out = True
+    elif code is None:
+        return None
+    else:
+        timed_out = False
+    return ExecResult(
+        proc.host,
+        None if timed_out else code,
+        time.monotonic() - proc.started,
+        proc.stdout_path,
+        proc.stderr_path,
+        timed_out,
+    )
+
+
+def _write_engine_config(
+    engine_dir: Path, plan: NetworkPlan, n: int, control: Path, *, realtime: bool, seed: int
+) -> Path:
+    """Write the delay engine's start-up configuration (all delays zero until
+    the matrix is loaded) to engine_dir; returns the config file's path."""
+    zero = engine_dir / "zero.f64"
+    write_delay_file(zero, [[0.0] * n for _ in range(n)])
+    config = {
+        "hosts": n,
+        "ip_base": plan.ip_base,
+        "matrix_path": str(zero),
+        "control_path": str(control),
+        "log_path": str(engine_dir / "engine.log"),
+        "queue": 0,
+        "seed": seed,
+        "realtime_priority": 20 if realtime else 0,
+    }
+    config_path = engine_dir / "config.json"
+    write_json(config_path, config)
+    return config_path
+
+
+def _await_engine_ready(ready_r: int, proc: subprocess.Popen[bytes], engine_dir: Path) -> None:
+    """Wait (at most ENGINE_READY_TIMEOUT_S) for the engine's ready line on the
+    pipe `ready_r`, and close it.
+
+    Raises:
+        EmulationError: the engine exited first (its last stderr line says
+            why) or did not answer in time.
+    """
+    line = b""
+    deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
+    try:
+        while b"\n" not in line:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EmulationError(
+                    f"the delay engine did not start within {ENGINE_READY_TIMEOUT_S:.0f} s; see {engine_dir / 'engine.stderr'}"
+                )
+            readable, _, _ = select.select([ready_r], [], [], remaining)
+            if readable:
+                chunk = os.read(ready_r, 64)
+                if not chunk:
+                    err = (
+                        (engine_dir / "engine.stderr")
+                        .read_text(errors="replace")
+                        .strip()
+                        .splitlines()
+                    )
+                    raise EmulationError(
+                        "the delay engine exited during start-up: "
+                        + (err[-1] if err else f"exit code {proc.wait()}")
+                    )
+                line += chunk
+    finally:
+        os.close(ready_r)
+
+
+def _calibrate(engine: EngineClient, hosts: Sequence[EmuHost], run_dir: Path) -> Calibration:
+    """Measure the RTT of the path with nothing held, and tell the engine.
+
+    The probes go in short rounds and the quietest round counts: this
+    machine's scheduling noise only ever adds latency, comes in bursts, and
+    a burst during calibration would otherwise inflate the offset, so that
+    every later delay came out short by the burst's size.
+    """
+    n = len(hosts)
+    pairs = [(k, (k + 1) % n) for k in range(min(n, 4))]
+    if n == 2:
+        pairs = [(0, 1), (1, 0)]
+    samples = max(1, CALIBRATION_PROBES // CALIBRATION_ROUNDS // len(pairs))
+    rounds: list[list[float]] = []
+    procs: list[float] = []
+    lost = sent = 0
+    with IcmpProber([h.netns for h in hosts], [h.ip for h in hosts]) as prober:
+        # A short warm-up first: caches, the engine's first wake-ups.
+        prober.probe(pairs, samples=5, rate_per_s=CALIBRATION_RATE_PER_S, timeout_s=0.5, seed=1)
+        for k in range(CALIBRATION_ROUNDS + CALIBRATION_EXTRA_ROUNDS):
+            if k >= CALIBRATION_ROUNDS:
+                # Every round so far was noisy (a burst on a shared machine
+                # that outlasted them all): pause and measure again, since
+                # a burst passes and the floor must not keep it. (Nothing
+                # answered at all is no burst: the error below says so.)
+                if not rounds or _quiet(rounds):
+                    break
+                time.sleep(CALIBRATION_PAUSE_S)
+            engine.counters(reset=True)
+            result = prober.probe(
+                pairs,
+                samples=samples,
+                rate_per_s=CALIBRATION_RATE_PER_S,
+                timeout_s=1.0,
+                seed=2 + k,
+            )
+            lost, sent = lost + result.lost, sent + result.sent
+            rtts = [r for per_pair in result.rtts_s for r in per_pair]
+            if rtts:
+                rounds.append(rtts)
+                procs.append(float(engine.stats()["immediate_us"].get("p50", 0.0)))
+    rtts = [r for per_round in rounds for r in per_round]
+    if len(rtts) < sent // 2:
+        raise EmulationError(
+            f"calibration lost {lost} of {sent} probes between hosts with no delay configured; "
+            f"the WAN core does not forward (see {run_dir / 'engine'})"
+        )
+    quiet = min(range(len(rounds)), key=lambda k: _percentile(rounds[k], 50))
+    proc_us = procs[quiet]
+    rtt_p50_ms = _percentile(rounds[quiet], 50) * 1e3
+    rtt_p99_ms = _percentile(rtts, 99) * 1e3
+    offset_us = max(0.0, rtt_p50_ms * 1e3 / 2 - proc_us)
+    # The floor is the 90th percentile of the zero-delay RTT, in the
+    # quietest round. Higher percentiles measure this machine's wake-up
+    # noise (a vCPU woken from idle can take 0.2-2 ms on a shared host)
+    # and swing from run to run.
+    floor_rtt_ms = float(
+        np.ceil(min(_percentile(r, FLOOR_PERCENTILE) for r in rounds) * 1e3 / FLOOR_GRAIN_MS)
+        * FLOOR_GRAIN_MS
+    )
+    engine.set_calibration(path_offset_s=offset_us * 1e-6, floor_one_way_s=floor_rtt_ms / 2 * 1e-3)
+    return Calibration(
+        floor_rtt_ms=round(floor_rtt_ms, 4),
+        rtt0_p50_ms=round(rtt_p50_ms, 4),
+        rtt0_p99_ms=round(rtt_p99_ms, 4),
+        engine_proc_us=round(proc_us, 1),
+        path_offset_us=round(offset_us, 1),
+        samples=len(rtts),
+        rounds=len(rounds),
+    )
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

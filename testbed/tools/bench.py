@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.net import IcmpProber, Wan, open_wan
+from testbed.net import EmuHost, IcmpProber, Wan, open_wan
 
 __all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
 
@@ -69,22 +69,7 @@ def delay_fidelity(
             on_sent=on_sent,
         )
         after = wan.stats()
-    measured_ms, expected_ms = [], []
-    for k, rtts in enumerate(result.rtts_s):
-        measured_ms.extend(r * 1e3 for r in rtts)
-        expected_ms.extend([configured[k]] * len(rtts))
-    measured = np.asarray(measured_ms)
-    expected = np.asarray(expected_ms)
-    signed = measured - expected
-    error = np.abs(signed)
-    bound = np.maximum(BOUND_ABS_MS, BOUND_REL * expected)
-    relative = error / np.maximum(expected, 1e-9)
     forwarded = after["forwarded"] - before["forwarded"]
-    per_pair = [
-        float(np.median(np.asarray(r) * 1e3) - configured[k])
-        for k, r in enumerate(result.rtts_s)
-        if r
-    ]
     summary = {
         "hosts": n,
         "pairs": len(pairs),
@@ -94,6 +79,43 @@ def delay_fidelity(
         "duration_s": round(result.duration_s, 3),
         "pps": round(forwarded / result.duration_s, 1) if result.duration_s > 0 else 0.0,
         "forwarded": forwarded,
+        **_rtt_errors(result.rtts_s, configured),
+        "configured_rtt_ms": {
+            "min": _q(configured, 0),
+            "median": _q(configured, 50),
+            "max": _q(configured, 100),
+        },
+        "topology": wan.topology.source,
+        "floor_rtt_ms": wan.calibration.floor_rtt_ms if wan.calibration else None,
+        "clamped_pairs": wan.clamped,
+        "engine": {key: after[key] for key in _ENGINE_FIGURES},
+    }
+    if keep_pairs:
+        summary["per_pair"] = _per_pair(wan, pairs, configured, result.rtts_s)
+    return summary
+
+
+# The engine's own figures a fidelity run reports, as its stats() names them.
+_ENGINE_FIGURES = ("realtime", "lateness_us", "early_us", "drops", "kernel")
+
+
+def _rtt_errors(rtts_s: list[list[float]], configured: np.ndarray) -> dict[str, Any]:
+    """How far every sample (rtts_s[k]: pair k's RTTs in s) is from its pair's
+    configured RTT (ms), against the acceptance bound; and each pair's median."""
+    measured_ms, expected_ms = [], []
+    for k, rtts in enumerate(rtts_s):
+        measured_ms.extend(r * 1e3 for r in rtts)
+        expected_ms.extend([configured[k]] * len(rtts))
+    measured = np.asarray(measured_ms)
+    expected = np.asarray(expected_ms)
+    signed = measured - expected
+    error = np.abs(signed)
+    bound = np.maximum(BOUND_ABS_MS, BOUND_REL * expected)
+    relative = error / np.maximum(expected, 1e-9)
+    per_pair = [
+        float(np.median(np.asarray(r) * 1e3) - configured[k]) for k, r in enumerate(rtts_s) if r
+    ]
+    return {
         "rtt_error_ms": {
             "p50": _q(error, 50),
             "p99": _q(error, 99),
@@ -109,34 +131,23 @@ def delay_fidelity(
             "p99": _q(np.abs(per_pair), 99),
             "max": _q(np.abs(per_pair), 100),
         },
-        "configured_rtt_ms": {
-            "min": _q(configured, 0),
-            "median": _q(configured, 50),
-            "max": _q(configured, 100),
-        },
-        "topology": wan.topology.source,
-        "floor_rtt_ms": wan.calibration.floor_rtt_ms if wan.calibration else None,
-        "clamped_pairs": wan.clamped,
-        "engine": {
-            "realtime": after["realtime"],
-            "lateness_us": after["lateness_us"],
-            "early_us": after["early_us"],
-            "drops": after["drops"],
-            "kernel": after["kernel"],
-        },
     }
-    if keep_pairs:
-        summary["per_pair"] = [
-            [
-                wan.hosts[i].name,
-                wan.hosts[j].name,
-                round(float(configured[k]), 4),
-                round(float(np.median(result.rtts_s[k])) * 1e3, 4) if result.rtts_s[k] else None,
-                len(result.rtts_s[k]),
-            ]
-            for k, (i, j) in enumerate(pairs)
+
+
+def _per_pair(
+    wan: Wan, pairs: list[tuple[int, int]], configured: np.ndarray, rtts_s: list[list[float]]
+) -> list[list[Any]]:
+    """[host a, host b, configured ms, median measured ms, samples] for each pair."""
+    return [
+        [
+            wan.hosts[i].name,
+            wan.hosts[j].name,
+            round(float(configured[k]), 4),
+            round(float(np.median(rtts_s[k])) * 1e3, 4) if rtts_s[k] else None,
+            len(rtts_s[k]),
         ]
-    return summary
+        for k, (i, j) in enumerate(pairs)
+    ]
 
 
 def bringup_cost(
@@ -198,40 +209,59 @@ def partition_effect(
         one_way[a.index, b.index] + one_way[b.index, a.index] for a, b in (hosts[:2], hosts[2:])
     )
     settle_s = 0.2 + 2.0 * rtt_ms / 1e3
-    pair_of = {}
-    sent_at: dict[int, float] = {}
-    answered: dict[int, float] = {}
-    probe = 0
     marks: dict[str, float] = {}
     with IcmpProber([h.netns for h in wan.hosts], [h.ip for h in wan.hosts]) as prober:
-
-        def run_for(duration_s: float) -> None:
-            nonlocal probe
-            end = time.monotonic() + duration_s
-            next_send = time.monotonic()
-            while time.monotonic() < end:
-                if time.monotonic() >= next_send:
-                    for kind, (a, b) in (("inside", hosts[:2]), ("across", hosts[2:])):
-                        sent_at[probe] = prober.send(a.index, b.index, probe)
-                        pair_of[probe] = kind
-                        probe += 1
-                    next_send += interval_s
-                for number, arrived in prober.receive(max(0.0, next_send - time.monotonic())):
-                    answered.setdefault(number, arrived)
-
-        run_for(settle_s)
+        probes = _TwoPairProbes(
+            prober, {"inside": (hosts[0], hosts[1]), "across": (hosts[2], hosts[3])}
+        )
+        probes.run_for(settle_s, interval_s)
         marks["partition_start"] = time.time()
         wan.partition(*groups)
         marks["partition_end"] = time.time()
-        run_for(settle_s)
+        probes.run_for(settle_s, interval_s)
         marks["heal_start"] = time.time()
         wan.heal()
         marks["heal_end"] = time.time()
-        run_for(settle_s)
+        probes.run_for(settle_s, interval_s)
+    return _partition_timing(probes, marks, settle_s, interval_s)
 
-    def window(kind: str, start: float, end: float) -> list[int]:
-        return [k for k, t in sent_at.items() if pair_of[k] == kind and start <= t < end]
 
+class _TwoPairProbes:
+    """Probes of two host pairs, one of each per interval, numbered in the order
+    sent: when each was sent, which pair it probed, and when it was answered
+    (time.time() as the prober stamps them)."""
+
+    def __init__(self, prober: IcmpProber, pairs: dict[str, tuple[EmuHost, EmuHost]]) -> None:
+        self.prober = prober
+        self.pairs = pairs
+        self.pair_of: dict[int, str] = {}
+        self.sent_at: dict[int, float] = {}
+        self.answered: dict[int, float] = {}
+        self._next = 0
+
+    def run_for(self, duration_s: float, interval_s: float) -> None:
+        end = time.monotonic() + duration_s
+        next_send = time.monotonic()
+        while time.monotonic() < end:
+            if time.monotonic() >= next_send:
+                for kind, (a, b) in self.pairs.items():
+                    self.sent_at[self._next] = self.prober.send(a.index, b.index, self._next)
+                    self.pair_of[self._next] = kind
+                    self._next += 1
+                next_send += interval_s
+            for number, arrived in self.prober.receive(max(0.0, next_send - time.monotonic())):
+                self.answered.setdefault(number, arrived)
+
+    def window(self, kind: str, start: float, end: float) -> list[int]:
+        """The probes of pair `kind` sent within [start, end)."""
+        return [k for k, t in self.sent_at.items() if self.pair_of[k] == kind and start <= t < end]
+
+
+def _partition_timing(
+    probes: _TwoPairProbes, marks: dict[str, float], settle_s: float, interval_s: float
+) -> dict[str, Any]:
+    """When the partition and the heal took effect, from the probes around them."""
+    sent_at, answered, pair_of = probes.sent_at, probes.answered, probes.pair_of
     across_after = [
         answered[k]
         for k in answered
@@ -240,10 +270,14 @@ def partition_effect(
         and sent_at[k] < marks["heal_start"]
     ]
     last_across = max(across_after, default=marks["partition_start"])
-    during_across = window("across", marks["partition_end"], marks["heal_start"])
-    during_inside = window("inside", marks["partition_end"], marks["heal_start"] - settle_s / 2)
+    during_across = probes.window("across", marks["partition_end"], marks["heal_start"])
+    during_inside = probes.window(
+        "inside", marks["partition_end"], marks["heal_start"] - settle_s / 2
+    )
     healed = sorted(
-        sent_at[k] for k in window("across", marks["heal_start"], float("inf")) if k in answered
+        sent_at[k]
+        for k in probes.window("across", marks["heal_start"], float("inf"))
+        if k in answered
     )
     return {
         "probe_interval_ms": interval_s * 1e3,

@@ -150,7 +150,26 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
     small = rng.getrandbits(rng.choice([8, 32, 63]))
     job = _job(rng, dims, space)
     ends = [Endpoint("127.0.0.1", 7000), Endpoint("127.0.0.9", rng.choice([0, 7000, 70000]))]
-    factories: list[Callable[[], Message]] = [
+    # One table of every type (its order is part of the seeded stream), built
+    # by role; the contents are drawn only for the type chosen.
+    factories = [
+        *_overlay_messages(rng, dims, space, info, many, small),
+        *_probe_and_cluster_messages(rng, small),
+        *_job_messages(rng, dims, small, job, ends),
+    ]
+    return rng.choice(factories)()
+
+
+def _overlay_messages(
+    rng: random.Random,
+    dims: int,
+    space: list[tuple[float, float]],
+    info: PeerInfo,
+    many: tuple[PeerInfo, ...],
+    small: int,
+) -> list[Callable[[], Message]]:
+    """The CAN overlay's messages (membership, joins, takeover, routing)."""
+    return [
         lambda: Update(
             info,
             many,
@@ -170,6 +189,12 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: ProbeReply(small, rng.choice([None, info])),
         lambda: Evicted(small),
         lambda: Lookup(small, _vector(rng, dims, space), info, rng.randrange(0, 1000)),
+    ]
+
+
+def _probe_and_cluster_messages(rng: random.Random, small: int) -> list[Callable[[], Message]]:
+    """The prober's and the cluster agent's messages."""
+    return [
         lambda: Ping(small),
         lambda: Pong(small),
         lambda: Solicit(small, rng.choice([0, 64, -1, small]), rng.choice([0, 3, -5])),
@@ -181,6 +206,14 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: Confirm(small, _endpoints(rng)),
         lambda: Release(small),
         lambda: ClusterBeat(small),
+    ]
+
+
+def _job_messages(
+    rng: random.Random, dims: int, small: int, job: JobInfo, ends: list[Endpoint]
+) -> list[Callable[[], Message]]:
+    """The scheduler's messages (jobs, tasks, load beats, handovers)."""
+    return [
         lambda: JobRoute(
             job,
             small,
@@ -226,7 +259,6 @@ def random_message(rng: random.Random, dims: int, space: list[tuple[float, float
         lambda: JobTaken(small),
         lambda: JobWatch(small, small),
     ]
-    return rng.choice(factories)()
 
 
 def datagrams(

@@ -238,7 +238,7 @@ def test_dtm_snaps_a_cluster_of_independent_draws_into_a_shallow_cheap_tree():
         out[name] = {
             "per_host": sum(dtm.measurements.values()) / n,
             "most": max(dtm.measurements.values()),
-            "levels": max(dtm._level[dtm._host_vertex[h]] for h in range(n)),
+            "levels": max(dtm.level(h) for h in range(n)),
             "intra_p99": float(np.quantile(error[same], 0.99)),
             "inter_max": float(error[~same].max()),
             "intra_max": float(error[same].max()),
