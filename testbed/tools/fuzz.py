@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from node import wire
+from node.sched.config import SchedConfig
 from node.wire import (
     ClusterBeat,
     Codec,
@@ -71,6 +72,9 @@ from node.wire import (
     Tombstone,
     Update,
 )
+from testbed.engines.local import LocalPeer
+from testbed.engines.peers import build_node_config
+from testbed.spec import NodeSpec
 
 __all__ = ["FuzzResult", "datagrams", "fuzz_local_peer", "fuzz_peer"]
 
@@ -412,11 +416,6 @@ def fuzz_local_peer(
     Its log, stderr and configuration stay in `folder`. The result also says
     whether the process was still running and exited cleanly afterwards.
     """
-    from node.sched.agent import SchedConfig
-    from testbed.engines.local import LocalPeer
-    from testbed.engines.peers import build_node_config
-    from testbed.spec import NodeSpec
-
     config = build_node_config(NodeSpec(grid_key=grid_key.hex() if grid_key else None))
     # A scheduler too, whose "program" starts nothing that talks: a fuzzed
     # TaskStart may name any ranks.
