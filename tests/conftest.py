@@ -1,11 +1,17 @@
-# Test layout: tests/unit needs nothing special; tests/netns builds real
-# namespaces (root) and is marked `netns`. After the whole session we check
-# that no namespace, registry record or process of the runs this session made
-# is left on the machine, and remove any we find, so a failing test cannot
-# poison the next run (runs of other processes are left alone).
+# Test layout: tests/node (the peer), tests/testbed (the testbed's packages) and
+# tests/integration (whole runs; tests/integration/netns builds real namespaces as root and
+# is marked `netns`) mirror the code; helpers shared by several test modules live in the
+# conftest.py files. After the whole session we check that no namespace, registry record or
+# process of the runs this session made is left on the machine, and remove any we find, so a
+# failing test cannot poison the next run (runs of other processes are left alone).
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
+
+import numpy as np
 import pytest
 
 from testbed.pytest_plugin import require_netns
@@ -45,3 +51,44 @@ def _nothing_left_behind() -> object:
     ours |= set(netns_of_run()) - before - others
     reports = [clean(force=True, run_id=rid) for rid in sorted(ours)]
     assert not ours, f"runs left behind by the tests (now removed): {sorted(ours)}; {reports}"
+
+
+# Matrices whose embedding is known (the predictors' tests in tests/node and the prediction
+# specs' in tests/testbed): points in a Euclidean space, and a tree metric.
+
+
+def euclidean(n: int, dims: int, seed: int) -> list[list[float]]:
+    rng = random.Random(seed)
+    points = [[rng.uniform(0, 100) for _ in range(dims)] for _ in range(n)]
+    return [[math.dist(a, b) for b in points] for a in points]
+
+
+def tree_metric(n: int, seed: int) -> np.ndarray:
+    """Path lengths between n random vertices of a random weighted tree (a tree metric)."""
+    rng = random.Random(seed)
+    parent, weight = [-1], [0.0]
+    for v in range(1, 3 * n):
+        parent.append(rng.randrange(v))
+        weight.append(rng.uniform(1, 10))
+    return path_lengths(parent, weight, rng.sample(range(3 * n), n))
+
+
+def path_lengths(parent: list[int], weight: list[float], hosts: list[int]) -> np.ndarray:
+    """Tree path lengths between `hosts` (vertices of the tree given by parent and edge weight)."""
+    depth = [0.0] * len(parent)
+    for v in range(1, len(parent)):  # parents come first
+        depth[v] = depth[parent[v]] + weight[v]
+
+    def ancestors(v):
+        out = []
+        while v >= 0:
+            out.append(v)
+            v = parent[v]
+        return out
+
+    chains = [ancestors(h) for h in hosts]
+    d = np.zeros((len(hosts), len(hosts)))
+    for i, j in itertools.product(range(len(hosts)), repeat=2):
+        lca = next(v for v in chains[j] if v in set(chains[i]))
+        d[i, j] = depth[hosts[i]] + depth[hosts[j]] - 2 * depth[lca]
+    return d

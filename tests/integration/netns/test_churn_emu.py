@@ -9,7 +9,8 @@ import json
 
 from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
-from tests.netns.test_can_emu import SPEC as CAN_SPEC
+
+from .conftest import SPEC as CAN_SPEC
 
 SCRIPT = """
 from 0s to 6s join 75%

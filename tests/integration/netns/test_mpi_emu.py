@@ -12,7 +12,7 @@ from testbed.net._clean import netns_of_run
 from testbed.tools.mpi import latency_penalty
 from testbed.topology import load_topology
 
-TOPOLOGY = str(Path(__file__).parents[2] / "topologies" / "sharcnet-emu.toml")
+TOPOLOGY = str(Path(__file__).parents[3] / "topologies" / "sharcnet-emu.toml")
 
 
 def test_a_job_spread_beyond_its_latency_requirement_runs_slower(tmp_path):

@@ -11,27 +11,7 @@ from testbed.experiments.overlay import run_experiment
 from testbed.net._clean import netns_of_run
 from testbed.spec import load_spec
 
-SPEC = {
-    "name": "can-emu-small",
-    "engine": "emu",
-    "seed": 2,
-    "routes_checked": 500,
-    "topology": {"ref": "planetlab", "hosts": 16, "pick": "random", "clamp": True},
-    "node": {
-        "update_interval_s": 1.0,
-        "suspect_after_s": 3.0,
-        "probe_timeout_s": 1.0,
-        "propose_timeout_s": 1.0,
-        "join_timeout_s": 4.0,
-        "retry_max_s": 4.0,
-    },
-    "phases": [
-        {"name": "build", "action": "join", "count": 12, "over_s": 6, "settle_s": 15},
-        {"name": "crash", "action": "crash", "count": 2, "burst": 2, "settle_s": 15},
-        {"name": "leave", "action": "leave", "count": 2, "over_s": 2, "settle_s": 10},
-        {"name": "join", "action": "join", "count": 2, "over_s": 2, "settle_s": 12},
-    ],
-}
+from .conftest import SPEC
 
 
 def test_churn_on_real_processes_leaves_no_violation(tmp_path):

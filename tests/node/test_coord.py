@@ -17,11 +17,7 @@ from node.coord.vivaldi import Coordinate, Vivaldi, VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, relative_errors
 from testbed.experiments.predict import Noise, Oracle, predict
 
-
-def euclidean(n: int, dims: int, seed: int) -> list[list[float]]:
-    rng = random.Random(seed)
-    points = [[rng.uniform(0, 100) for _ in range(dims)] for _ in range(n)]
-    return [[math.dist(a, b) for b in points] for a in points]
+from ..conftest import euclidean, path_lengths, tree_metric
 
 
 def predicted(coords) -> np.ndarray:
@@ -101,37 +97,6 @@ def test_relative_errors_and_boundary_rates():
     assert rates == {"positive": 1 / 3, "negative": 0.0, "pairs_within": 1}
     with pytest.raises(ValueError, match="does not match"):
         relative_errors(actual, guess[:2, :2])
-
-
-def tree_metric(n: int, seed: int) -> np.ndarray:
-    """Path lengths between n random vertices of a random weighted tree (a tree metric)."""
-    rng = random.Random(seed)
-    parent, weight = [-1], [0.0]
-    for v in range(1, 3 * n):
-        parent.append(rng.randrange(v))
-        weight.append(rng.uniform(1, 10))
-    return path_lengths(parent, weight, rng.sample(range(3 * n), n))
-
-
-def path_lengths(parent: list[int], weight: list[float], hosts: list[int]) -> np.ndarray:
-    """Tree path lengths between `hosts` (vertices of the tree given by parent and edge weight)."""
-    depth = [0.0] * len(parent)
-    for v in range(1, len(parent)):  # parents come first
-        depth[v] = depth[parent[v]] + weight[v]
-
-    def ancestors(v):
-        out = []
-        while v >= 0:
-            out.append(v)
-            v = parent[v]
-        return out
-
-    chains = [ancestors(h) for h in hosts]
-    d = np.zeros((len(hosts), len(hosts)))
-    for i, j in itertools.product(range(len(hosts)), repeat=2):
-        lca = next(v for v in chains[j] if v in set(chains[i]))
-        d[i, j] = depth[hosts[i]] + depth[hosts[j]] - 2 * depth[lca]
-    return d
 
 
 def build(d: np.ndarray, config: DtmConfig, seed: int = 1) -> Dtm:

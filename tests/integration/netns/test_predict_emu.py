@@ -12,7 +12,7 @@ from testbed.experiments.run import Report
 from testbed.net._clean import netns_of_run
 from testbed.spec import load_any_spec
 
-from ._measure import bound_ms
+from .conftest import bound_ms
 
 SPEC = {
     "kind": "predict",

@@ -14,7 +14,7 @@ from testbed.errors import ControlError, InputError
 from testbed.net import open_wan
 from testbed.tools.bench import partition_effect
 
-from ._measure import assert_rtt_near, bound_ms, one_way_ms, rtts_ms, settles_near
+from .conftest import assert_rtt_near, bound_ms, one_way_ms, rtts_ms, settles_near
 
 # RTT in ms; row = from. (0, 3) is asymmetric: 10 ms one way, 30 ms the other
 # way (one-way delays 5 and 15 ms), so the pair's RTT is 20 ms.

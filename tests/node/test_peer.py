@@ -8,23 +8,13 @@ import random
 
 import pytest
 
-from node.can.geometry import Dimension, Space
-from node.can.overlay import CanConfig
 from node.events import Joined
 from node.peer import NodeConfig, Peer
 from node.wire import MAX_DATAGRAM_BYTES
 from testbed.analysis.can_oracle import check_can
 
-SPACE = Space([Dimension("cpu", 0, 100), Dimension("v", 0, 1, virtual=True)])
-CAN = CanConfig(
-    SPACE,
-    update_interval_s=1.0,
-    suspect_after_s=3.0,
-    probe_timeout_s=0.5,
-    propose_timeout_s=1.0,
-    join_timeout_s=4.0,
-    retry_max_s=4.0,
-)
+from .conftest import CAN, SPACE
+
 A = ("10.0.0.1", 7000)
 B = ("10.0.0.2", 7000)
 KEY = b"k" * 32

@@ -1,4 +1,5 @@
-# Measuring the emulated network from the test process itself.
+# Shared by the namespace tests: measuring the emulated network from the test process
+# itself, and the small CAN experiment on real processes that the churn test builds on.
 
 from __future__ import annotations
 
@@ -87,3 +88,28 @@ def one_way_ms(wan, src, dst, count=20, port=40_000):
     finally:
         rx.close()
         tx.close()
+
+
+# A short CAN experiment on real peer processes (test_can_emu; test_churn_emu keeps its
+# settings and replaces the phases by churn scripts).
+SPEC = {
+    "name": "can-emu-small",
+    "engine": "emu",
+    "seed": 2,
+    "routes_checked": 500,
+    "topology": {"ref": "planetlab", "hosts": 16, "pick": "random", "clamp": True},
+    "node": {
+        "update_interval_s": 1.0,
+        "suspect_after_s": 3.0,
+        "probe_timeout_s": 1.0,
+        "propose_timeout_s": 1.0,
+        "join_timeout_s": 4.0,
+        "retry_max_s": 4.0,
+    },
+    "phases": [
+        {"name": "build", "action": "join", "count": 12, "over_s": 6, "settle_s": 15},
+        {"name": "crash", "action": "crash", "count": 2, "burst": 2, "settle_s": 15},
+        {"name": "leave", "action": "leave", "count": 2, "over_s": 2, "settle_s": 10},
+        {"name": "join", "action": "join", "count": 2, "over_s": 2, "settle_s": 12},
+    ],
+}

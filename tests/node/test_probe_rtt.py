@@ -15,7 +15,8 @@ from node.coord.probe import ProbeConfig, summarize
 from node.events import RttMeasured
 from node.peer import NodeConfig, Peer
 from node.wire import Pong
-from tests.unit.test_peer import CAN
+
+from .conftest import CAN
 
 A, B, C = ("10.0.0.1", 7000), ("10.0.0.2", 7000), ("10.0.0.3", 7000)
 

@@ -14,7 +14,8 @@ from testbed.analysis.cluster_oracle import check_clusters
 from testbed.errors import InputError
 from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
-from tests.unit.test_can_sim import SMALL
+
+from .conftest import SMALL
 
 CLUSTERED = {k: v for k, v in SMALL.items() if k != "phases"} | {
     "name": "clusters-small",

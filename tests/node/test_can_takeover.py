@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from node.events import Inconsistent, TookOver
 from node.wire import Lookup, PathEntry, PeerInfo, Tombstone, Update
-from tests.unit.test_can_conflicts import CONFIG, SPACE, overlay
+from tests.node.test_can_conflicts import CONFIG, SPACE, overlay
 
 LEFT, RIGHT = PathEntry(1, 0, 50.0, False), PathEntry(1, 0, 50.0, True)
 A_PATH = (LEFT, PathEntry(2, 1, 0.5, False))

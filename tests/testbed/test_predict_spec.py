@@ -17,7 +17,8 @@ from testbed.errors import InputError
 from testbed.experiments.predict import _fittest, predict, run_prediction
 from testbed.experiments.run import Report
 from testbed.spec import DtmTechnique, PredictSpec, load_any_spec, load_spec
-from tests.unit.test_coord import euclidean, tree_metric
+
+from ..conftest import euclidean, tree_metric
 
 
 @pytest.fixture

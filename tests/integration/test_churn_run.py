@@ -1,6 +1,6 @@
 # Executing churn schedules: the executor's effect on an engine (a recording
 # fake), frozen peers in the simulator, whole runs and campaigns in the
-# simulator (the emulator's counterpart is tests/netns/test_churn_emu.py).
+# simulator (the emulator's counterpart is tests/integration/netns/test_churn_emu.py).
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from testbed.experiments.overlay import run_experiment
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 from testbed.spec import load_spec
-from tests.unit.test_can_sim import SMALL as CAN_SMALL
+
+from .conftest import SMALL as CAN_SMALL
 
 NAMES = [f"h{k}" for k in range(1, 7)]
 
