@@ -46,8 +46,12 @@ class Grid:
         can = CanConfig(SPACE, update_interval_s=1.0, suspect_after_s=3.0, join_timeout_s=4.0)
         config = SchedConfig(**{"beat_s": 1.0, "dead_after_s": 4.0} | sched)
         self.node = NodeConfig(can, sched=config)
+        self._log: list[dict] | None = None  # the events since attach()
         self.sim = Simulator(
-            LinkModel((rtt / 2e3).tolist()), seed=seed, ips=[f"10.0.0.{k + 1}" for k in range(n)]
+            LinkModel((rtt / 2e3).tolist()),
+            seed=seed,
+            ips=[f"10.0.0.{k + 1}" for k in range(n)],
+            observer=self._observe,
         )
         rng = random.Random(seed)
         self.hosts = list(range(n))
@@ -80,11 +84,16 @@ class Grid:
 
     @property
     def log(self) -> list[dict]:
+        assert self._log is not None, "attach() first"
         return self._log
 
     def attach(self) -> None:
-        self._log: list[dict] = []
-        self.sim._observer = lambda host, record: self._log.append({"host": host, **record})
+        """Record the events from now on."""
+        self._log = []
+
+    def _observe(self, host: int, record: dict) -> None:
+        if self._log is not None:
+            self._log.append({"host": host, **record})
 
 
 @pytest.fixture
