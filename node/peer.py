@@ -362,11 +362,12 @@ class Peer:
     def dump(self, now: float | None = None) -> dict[str, Any]:
         """State for the oracle and for humans (JSON-ready). With `now`, the
         cluster part says how long its clusters have been as they are."""
-        out = {**self.can.dump(), "counters": self.stats()}
+        out: dict[str, Any] = {**self.can.dump(), "counters": self.stats()}
         if self.cluster is not None:
-            out["cluster"] = self.cluster.dump()
+            cluster = self.cluster.dump()
             if now is not None:
-                out["cluster"]["unchanged_s"] = round(now - self._cluster_changed_at, 3)
+                cluster["unchanged_s"] = round(now - self._cluster_changed_at, 3)
+            out["cluster"] = cluster
         if self.sched is not None:
             out["sched"] = self.sched.dump()
         return out
