@@ -85,7 +85,7 @@ def test_an_accept_nobody_takes_is_taken_back_after_the_retries():
     owner, wire = founder()
     owner.handle_message(77, ("10.0.0.9", 7100), JoinRequest(5, newcomer(77), 0, 1), 1.0)
     now = 1.0
-    while owner._pending_accept and now < 60:
+    while owner.joins.pending_accept and now < 60:
         now = owner.get_timer()
         owner.handle_timer(now)
     assert (owner.lo, owner.hi) == (SPACE.lo, SPACE.hi)

@@ -43,7 +43,7 @@ S = PeerInfo(
 def member_a():
     a, wire = overlay(point=(20.0, 0.3))
     a.join([], 0.0)
-    a._set_zone((0, 0), (50.0, 0.5), A_PATH, "test", 0.0)  # as if it had joined long ago
+    a.neighbours.set_zone((0, 0), (50.0, 0.5), A_PATH, "test", 0.0)  # as if it had joined long ago
     a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 0.1)
     wire.sent.clear()
     wire.events.clear()
@@ -145,7 +145,7 @@ def test_a_zone_that_changed_since_its_takeover_is_kept():
     a, _ = member_a()
     took_over(a)
     split = (*A_PATH[1:], PathEntry(9, 0, 75.0, False))
-    a._set_zone((0, 0), (75.0, 0.5), split, "split", 3.0)  # as if it had split for a joiner
+    a.neighbours.set_zone((0, 0), (75.0, 0.5), split, "split", 3.0)  # as if it had split for a joiner
     a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), 3.5)
     assert (a.lo, a.hi, a.path) == ((0, 0), (75.0, 0.5), split)
 
