@@ -36,8 +36,9 @@
 #   1. Inputs never raise on peer data; bad content is reported to the peer
 #      (the caller counts it as an "invalid" drop).
 #   2. Randomness comes from the injected rng; time only from `now`.
-#   3. Messages are dispatched through the two handler tables below: the
-#      first serves any status, the second members only.
+#   3. Messages are validated and dispatched through tables keyed by type
+#      (_VALIDATORS; then two handler tables: the first serves any status,
+#      the second members only).
 
 from __future__ import annotations
 
@@ -82,6 +83,61 @@ __all__ = ["CanConfig", "CanOverlay", "Status"]
 
 # A handler of one message type: (sender, addr, message, now).
 _Handler = Callable[[int, Address, Any, float], None]
+
+
+# What makes a message's content invalid (each returns why, or None). Neighbour
+# summaries are checked in NeighbourTable.learn, only when they are news.
+
+
+def _valid_update(update: Update, dims: int) -> str | None:
+    return check_peer_info(update.me, dims)
+
+
+def _valid_join_request(request: JoinRequest, dims: int) -> str | None:
+    if not 0 <= request.attempt <= MAX_RANK:
+        return "join attempt out of range"
+    return check_peer_info(request.joiner, dims)
+
+
+def _valid_propose(propose: Propose, dims: int) -> str | None:
+    if not 0 <= propose.rank <= MAX_RANK:
+        return "propose rank out of range"
+    if propose.kind not in (0, COMMIT_SPLIT, COMMIT_MERGE):
+        return "propose kind unknown"
+    return None
+
+
+def _valid_join_accept(accept: JoinAccept, dims: int) -> str | None:
+    return check_peer_info(accept.you, dims)
+
+
+def _valid_commit(commit: Commit, dims: int) -> str | None:
+    for info in (commit.leader, commit.joiner):
+        problem = None if info is None else check_peer_info(info, dims)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _valid_probe_reply(reply: ProbeReply, dims: int) -> str | None:
+    return None if reply.me is None else check_peer_info(reply.me, dims)
+
+
+def _valid_lookup(lookup: Lookup, dims: int) -> str | None:
+    if len(lookup.point) != dims or not all(math.isfinite(x) for x in lookup.point):
+        return "bad lookup point"
+    return check_peer_info(lookup.origin, dims)
+
+
+_VALIDATORS: dict[type[Any], Callable[[Any, int], str | None]] = {
+    Update: _valid_update,
+    JoinRequest: _valid_join_request,
+    Propose: _valid_propose,
+    JoinAccept: _valid_join_accept,
+    Commit: _valid_commit,
+    ProbeReply: _valid_probe_reply,
+    Lookup: _valid_lookup,
+}
 
 
 class _Hooks:
@@ -440,35 +496,8 @@ class CanOverlay:
         return None
 
     def _validate(self, message: Message) -> str | None:
-        dims = self._local.space.n
-        infos: list[PeerInfo] = []
-        # Neighbour summaries are checked in NeighbourTable.learn, only when they are news.
-        if isinstance(message, Update):
-            infos = [message.me]
-        elif isinstance(message, JoinRequest):
-            if not 0 <= message.attempt <= MAX_RANK:
-                return "join attempt out of range"
-            infos = [message.joiner]
-        elif isinstance(message, Propose):
-            if not 0 <= message.rank <= MAX_RANK:
-                return "propose rank out of range"
-            if message.kind not in (0, COMMIT_SPLIT, COMMIT_MERGE):
-                return "propose kind unknown"
-        elif isinstance(message, JoinAccept):
-            infos = [message.you]
-        elif isinstance(message, Commit):
-            infos = [i for i in (message.leader, message.joiner) if i is not None]
-        elif isinstance(message, ProbeReply) and message.me is not None:
-            infos = [message.me]
-        elif isinstance(message, Lookup):
-            if len(message.point) != dims or not all(math.isfinite(x) for x in message.point):
-                return "bad lookup point"
-            infos = [message.origin]
-        for info in infos:
-            problem = check_peer_info(info, dims)
-            if problem is not None:
-                return problem
-        return None
+        validator = _VALIDATORS.get(type(message))
+        return None if validator is None else validator(message, self._local.space.n)
 
     def _on_probe(self, addr: Address, probe: Probe) -> None:
         local = self._local
