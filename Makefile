@@ -11,7 +11,7 @@ BIN   := $(VENV)/bin
 
 help:
 	@echo "make demo     install what is missing, then run the demo (32 PlanetLab hosts)"
-	@echo "make test     install what is missing, then run lint (ruff, import contracts) and the whole test suite"
+	@echo "make test     install what is missing, then run lint (ruff, import contracts, mypy --strict on node/) and the whole test suite"
 	@echo "make install  only the set-up: system packages and $(VENV)/"
 	@echo "make clean-net  remove namespaces, links and processes a killed run left behind"
 
@@ -38,6 +38,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy --strict node
 
 clean-net: install
 	$(BIN)/testbed clean

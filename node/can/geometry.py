@@ -123,7 +123,9 @@ def contains(lo: Sequence[float], hi: Sequence[float], point: Sequence[float]) -
     return all(a <= x < b for x, a, b in zip(point, lo, hi, strict=True))
 
 
-def overlap(alo, ahi, blo, bhi) -> bool:
+def overlap(
+    alo: Sequence[float], ahi: Sequence[float], blo: Sequence[float], bhi: Sequence[float]
+) -> bool:
     """True if two boxes share volume."""
     for a0, a1, b0, b1 in zip(alo, ahi, blo, bhi):  # noqa: B905, SIM110 - hot path, explicit early exit
         if a1 <= b0 or b1 <= a0:
@@ -131,7 +133,9 @@ def overlap(alo, ahi, blo, bhi) -> bool:
     return True
 
 
-def abutment(alo, ahi, blo, bhi) -> tuple[int, bool] | None:
+def abutment(
+    alo: Sequence[float], ahi: Sequence[float], blo: Sequence[float], bhi: Sequence[float]
+) -> tuple[int, bool] | None:
     """(dim, a_is_below) if boxes a and b share a face of positive area, else None.
 
     They share a face when they touch in exactly one dimension (a.hi == b.lo or
@@ -148,7 +152,9 @@ def abutment(alo, ahi, blo, bhi) -> tuple[int, bool] | None:
     return found
 
 
-def adjacent(alo, ahi, blo, bhi) -> bool:
+def adjacent(
+    alo: Sequence[float], ahi: Sequence[float], blo: Sequence[float], bhi: Sequence[float]
+) -> bool:
     return abutment(alo, ahi, blo, bhi) is not None
 
 

@@ -4,10 +4,7 @@
 
 from __future__ import annotations
 
-import random
-
-from node.can.geometry import Dimension, Space
-from node.can.overlay import CanConfig, CanOverlay, Status
+from node.can.overlay import CanOverlay, Status
 from node.events import PeerDeclaredDead
 from node.wire import (
     COMMIT_MERGE,
@@ -23,35 +20,7 @@ from node.wire import (
     ProposeOK,
 )
 
-SPACE = Space([Dimension("cpu", 0, 100), Dimension("v", 0, 1, virtual=True)])
-CONFIG = CanConfig(SPACE, update_interval_s=1.0, suspect_after_s=3.0, join_timeout_s=4.0)
-HOME = ("10.0.0.1", 7000)
-
-
-class Wire:
-    """Collects what an overlay sends and emits."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[tuple[str, int], object]] = []
-        self.events: list[object] = []
-
-    def take(self, kind: type) -> list[tuple[tuple[str, int], object]]:
-        out = [(to, m) for to, m in self.sent if isinstance(m, kind)]
-        self.sent = [(to, m) for to, m in self.sent if not isinstance(m, kind)]
-        return out
-
-
-def overlay(point=(20.0, 0.3), address=HOME, seed=1) -> tuple[CanOverlay, Wire]:
-    wire = Wire()
-    can = CanOverlay(
-        CONFIG,
-        address=address,
-        point=point,
-        rng=random.Random(seed),
-        send=lambda to, m: wire.sent.append((to, m)),
-        emit=wire.events.append,
-    )
-    return can, wire
+from .conftest import SPACE, Wire, overlay
 
 
 def founder() -> tuple[CanOverlay, Wire]:
@@ -85,7 +54,7 @@ def test_an_accept_nobody_takes_is_taken_back_after_the_retries():
     owner, wire = founder()
     owner.handle_message(77, ("10.0.0.9", 7100), JoinRequest(5, newcomer(77), 0, 1), 1.0)
     now = 1.0
-    while owner._pending_accept and now < 60:
+    while owner.joins.pending_accept and now < 60:
         now = owner.get_timer()
         owner.handle_timer(now)
     assert (owner.lo, owner.hi) == (SPACE.lo, SPACE.hi)

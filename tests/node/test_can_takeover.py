@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from node.events import Inconsistent, TookOver
 from node.wire import Lookup, PathEntry, PeerInfo, Tombstone, Update
-from tests.node.test_can_conflicts import CONFIG, SPACE, overlay
+
+from .conftest import CONFIG, SPACE, overlay
 
 LEFT, RIGHT = PathEntry(1, 0, 50.0, False), PathEntry(1, 0, 50.0, True)
 A_PATH = (LEFT, PathEntry(2, 1, 0.5, False))
@@ -43,7 +44,7 @@ S = PeerInfo(
 def member_a():
     a, wire = overlay(point=(20.0, 0.3))
     a.join([], 0.0)
-    a._set_zone((0, 0), (50.0, 0.5), A_PATH, "test", 0.0)  # as if it had joined long ago
+    a.neighbours.set_zone((0, 0), (50.0, 0.5), A_PATH, "test", 0.0)  # as if it had joined long ago
     a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 0.1)
     wire.sent.clear()
     wire.events.clear()
@@ -145,7 +146,9 @@ def test_a_zone_that_changed_since_its_takeover_is_kept():
     a, _ = member_a()
     took_over(a)
     split = (*A_PATH[1:], PathEntry(9, 0, 75.0, False))
-    a._set_zone((0, 0), (75.0, 0.5), split, "split", 3.0)  # as if it had split for a joiner
+    a.neighbours.set_zone(
+        (0, 0), (75.0, 0.5), split, "split", 3.0
+    )  # as if it had split for a joiner
     a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), 3.5)
     assert (a.lo, a.hi, a.path) == ((0, 0), (75.0, 0.5), split)
 

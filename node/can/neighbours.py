@@ -1,0 +1,398 @@
+# The neighbour table of one peer: who we know, who borders us, who is dead.
+#
+# Theory of operation
+#   `known` holds the newest news of every peer we heard of (first-hand, or in
+#   a neighbour's summaries); `direct` is the subset whose zone shares a face
+#   with ours, recomputed whenever our zone or their news changes. Each update
+#   we send to the direct neighbours carries our own info, summaries of our
+#   direct neighbours (each path sent as what follows its common prefix with
+#   ours) and the tombstones we learnt recently.
+#
+#   Crash (failure detection): a direct neighbour silent for `suspect_after_s`
+#   is probed; without an answer it is declared dead and remembered as a
+#   tombstone (with its last zone and path), which is also gossiped in
+#   updates. A tombstone lives `tombstone_ttl_s` and is passed on for
+#   `gossip_window_s` after we learn it, so that news of a death spreads once
+#   and dies out.
+#
+#   Stale information (seed 002 §6.1): every zone change bumps the owner's
+#   instance; news about a node only replaces older news (higher instance);
+#   news about a tombstoned node is discarded. Paths stay exact tree paths:
+#   a split id missing from a peer that shares a later split with us was
+#   removed by a merge, so we drop it too (prune_path).
+#
+# Rules
+#   1. News from peers is validated only when it is news (most summaries are
+#      old news); invalid news is counted in `invalid_news`, never raised.
+#   2. `version` changes whenever something the dead-zone view of takeover.py
+#      depends on may have changed (so that it can cache that view).
+#   3. What the other parts hold per peer is dropped through `on_bury` and
+#      `on_newer`, which the facade wires to the conflict protocol.
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from node.can.geometry import abutment
+from node.can.local import Address, LocalNode
+from node.events import Inconsistent, PeerDeclaredDead, ZoneChanged
+from node.wire import PathEntry, PeerInfo, Probe, ProbeReply, Tombstone, Update, check_peer_info
+
+__all__ = ["Known", "NeighbourTable"]
+
+
+@dataclass
+class Known:
+    info: PeerInfo
+    heard_at: float  # last time any news of it arrived
+    direct_at: float = -math.inf  # last time it spoke to us, or became our neighbour (suspicion)
+    spoke_at: float = -math.inf  # last time it spoke to us itself (only that)
+
+
+def _ignore_bury(ident: int) -> None:
+    return None
+
+
+def _ignore_newer(ident: int, instance: int) -> None:
+    return None
+
+
+class NeighbourTable:
+    """Known peers, the direct set, tombstones and suspects, and the gossip
+    that keeps them fresh. Mutated by the inputs of the overlay's facade."""
+
+    def __init__(self, local: LocalNode) -> None:
+        self.local = local
+        self.known: dict[int, Known] = {}
+        self.direct: set[int] = set()
+        self.tombstones: dict[int, tuple[Tombstone, float]] = {}  # id -> (stone, expires)
+        self.suspects: dict[int, tuple[int, float]] = {}  # id -> (probe nonce, deadline)
+        self.rtt: dict[int, float] = {}  # id -> smoothed RTT of our Propose/ProposeOK exchanges
+        self.their_neighbors: dict[int, tuple[PeerInfo, ...]] = {}  # each one's last summaries
+        self.invalid_news = 0
+        self.version = 0  # see rule 2
+        self.next_update = math.inf  # when we next send updates (the tick)
+        self.on_bury: Callable[[int], None] = _ignore_bury
+        self.on_newer: Callable[[int, int], None] = _ignore_newer
+
+    def changed(self) -> None:
+        self.version += 1
+
+    # -- our zone and who borders it --------------------------------------------------------------------
+
+    def set_zone(
+        self,
+        lo: Sequence[float],
+        hi: Sequence[float],
+        path: Iterable[PathEntry],
+        reason: str,
+        now: float,
+    ) -> None:
+        """Our zone becomes [lo, hi) with `path`: bump our instance, recompute the direct set."""
+        local = self.local
+        local.lo, local.hi, local.path = tuple(lo), tuple(hi), tuple(path)
+        local.instance += 1
+        self.changed()
+        self.recompute_direct(now)
+        local.emit(ZoneChanged(now, reason, local.lo, local.hi, local.instance))
+
+    def recompute_direct(self, now: float) -> None:
+        lo, hi = self.local.lo, self.local.hi
+        if not lo:
+            self.direct = set()
+            return
+        self.direct = {
+            ident
+            for ident, k in self.known.items()
+            if k.info.lo and abutment(lo, hi, k.info.lo, k.info.hi) is not None
+        }
+        for ident in self.direct:
+            k = self.known[ident]
+            if k.direct_at == -math.inf:
+                k.direct_at = now  # a new neighbour gets a full suspicion period
+
+    def refresh_direct(self, idents: Iterable[int], now: float) -> None:
+        """recompute_direct for a few peers whose news changed (our zone did not)."""
+        lo, hi = self.local.lo, self.local.hi
+        if not lo:
+            return
+        for ident in idents:
+            k = self.known.get(ident)
+            if k is not None and k.info.lo and abutment(lo, hi, k.info.lo, k.info.hi) is not None:
+                self.direct.add(ident)
+                if k.direct_at == -math.inf:
+                    k.direct_at = now
+            else:
+                self.direct.discard(ident)
+
+    def boxes(self) -> list[tuple[int, tuple[float, ...], tuple[float, ...]]]:
+        """(id, lo, hi) of the direct neighbours, for geometry.next_hop."""
+        return [(i, self.known[i].info.lo, self.known[i].info.hi) for i in sorted(self.direct)]
+
+    def infos(self) -> tuple[PeerInfo, ...]:
+        """The direct neighbours' news, in id order."""
+        return tuple(self.known[i].info for i in sorted(self.direct))
+
+    def addresses(self) -> list[Address]:
+        """The direct neighbours' addresses, in id order."""
+        return [(self.known[i].info.host, self.known[i].info.port) for i in sorted(self.direct)]
+
+    # -- news ----------------------------------------------------------------------------------------------
+
+    def learn(self, info: PeerInfo, now: float, *, direct: bool = False) -> bool:
+        """Record news of a peer if it is newer than what we know. Returns True if it changed."""
+        if info.id == self.local.id or info.id in self.tombstones or not info.lo:
+            return False
+        known = self.known.get(info.id)
+        if known is None:
+            return self._record(info, None, now, direct=direct)
+        # A summary carries no path; the peer's own word (direct) fills it in.
+        newer = info.instance > known.info.instance
+        fills_path = (
+            not newer
+            and direct
+            and info.instance == known.info.instance
+            and info.path
+            and not known.info.path
+        )
+        if newer or fills_path:
+            return self._record(info, known, now, direct=direct) and newer
+        if info.instance == known.info.instance:
+            known.heard_at = now
+        if direct:
+            known.direct_at = known.spoke_at = now
+        return False
+
+    def _record(self, info: PeerInfo, known: Known | None, now: float, *, direct: bool) -> bool:
+        if check_peer_info(info, self.local.space.n) is not None:
+            self.invalid_news += 1  # validated only when used: most summaries are old news
+            return False
+        if known is not None:
+            self.on_newer(info.id, info.instance)  # a newer instance closes its command
+        self.known[info.id] = Known(
+            info,
+            now,
+            now if direct else (known.direct_at if known else -math.inf),
+            now if direct else (known.spoke_at if known else -math.inf),
+        )
+        self.changed()
+        return True
+
+    def bury(self, info: PeerInfo | Tombstone, now: float, reason: str) -> None:
+        """Record a peer as gone for good (dead or departed).
+
+        Keeps the richest news: a tombstone needs the dead zone's path (to find
+        who takes it over), which gossip may lack while we have it first-hand.
+        """
+        known = self.known.get(info.id)
+        path = info.path
+        if not path and known is not None and known.info.instance == info.instance:
+            path = known.info.path
+        old = self.tombstones.get(info.id)
+        if old is not None:
+            stale = old[0].instance > info.instance
+            same = old[0].instance == info.instance
+            if stale or (same and (old[0].path or not path)):
+                return
+        stone = Tombstone(info.id, info.instance, info.lo, info.hi, path)
+        expires = now + self.local.config.tombstone_ttl_s if old is None else old[1]
+        self.tombstones[info.id] = (stone, expires)
+        self.changed()
+        self.known.pop(info.id, None)
+        self.rtt.pop(info.id, None)
+        self.suspects.pop(info.id, None)
+        self.on_bury(info.id)
+        self.direct.discard(info.id)
+        if reason != "gossip":
+            self.local.emit(PeerDeclaredDead(now, info.id, reason))
+
+    def take_summaries(self, sender: int, update: Update, now: float) -> list[int]:
+        """Learn a neighbour's own info and its summaries; returns the ids whose news changed."""
+        me = update.me
+        learned = [sender] if self.learn(me, now, direct=True) else []
+        self.suspects.pop(sender, None)
+        self.prune_path(me.path, now)
+        summaries = []
+        known = self.known
+        for packed in update.neighbors:
+            # Most summaries are old news: reuse what we hold (same instance, same
+            # zone) instead of expanding the compressed path again.
+            held = known.get(packed.id)
+            info: PeerInfo | None
+            if (
+                held is not None
+                and held.info.instance == packed.instance
+                and held.info.path
+                and held.info.lo == packed.lo
+                and held.info.hi == packed.hi
+            ):
+                info = held.info
+            else:
+                info = self.expand(packed, me.path)
+                if info is None:
+                    self.invalid_news += 1
+                    continue
+            summaries.append(info)
+            if info.id != self.local.id and info.id != sender and self.learn(info, now):
+                learned.append(info.id)
+        if summaries:
+            self.their_neighbors[sender] = tuple(summaries)
+        return learned
+
+    def take_tombstones(self, stones: Iterable[Tombstone], now: float) -> bool | None:
+        """Bury the peers of gossiped tombstones that are news. Returns whether any
+        was buried, or None on a tombstone of our own (we were evicted; the
+        stones after it are left unread)."""
+        changed = False
+        for stone in stones:
+            if stone.id == self.local.id:
+                return None
+            known = self.known.get(stone.id)
+            mine = self.tombstones.get(stone.id)
+            # A tombstone with the dead zone's path may upgrade one without.
+            upgrade = (
+                mine is not None
+                and not mine[0].path
+                and stone.path
+                and mine[0].instance <= stone.instance
+            )
+            if (known is None or known.info.instance <= stone.instance) and (
+                mine is None or upgrade
+            ):
+                as_info = PeerInfo(
+                    stone.id,
+                    "x",
+                    1,
+                    stone.instance,
+                    self.local.point,
+                    stone.lo,
+                    stone.hi,
+                    stone.path,
+                )
+                if stone.lo and check_peer_info(as_info, self.local.space.n) is not None:
+                    self.invalid_news += 1  # checked only when it is news, like summaries
+                    continue
+                self.bury(stone, now, "gossip")
+                changed = True
+        return changed
+
+    def prune_path(self, other: Sequence[PathEntry], now: float) -> None:
+        """Drop split ids that a peer sharing a later split no longer has (they were merged away)."""
+        local = self.local
+        mine = [e.sid for e in local.path]
+        theirs = [e.sid for e in other]
+        position = {sid: k for k, sid in enumerate(theirs)}
+        last_shared = None
+        for k, sid in enumerate(mine):
+            if sid in position:
+                last_shared = k
+        if last_shared is None:
+            return
+        ancestors = set(theirs[: position[mine[last_shared]]])
+        # A split that is still a face of our zone is not stale: the region across
+        # it is being absorbed by several takers at different moments, and we are
+        # one that has not yet taken its share (the takeover drops the split then).
+        faces = {
+            e.sid for e in local.path if (local.lo[e.dim] if e.upper else local.hi[e.dim]) == e.pos
+        }
+        stale = {sid for sid in mine[:last_shared] if sid not in ancestors and sid not in faces}
+        if stale:
+            local.path = tuple(e for e in local.path if e.sid not in stale)
+            local.emit(Inconsistent(now, "stale-split-dropped", sorted(stale)))
+
+    # -- failure detection -----------------------------------------------------------------------------
+
+    def probe_quiet(self, now: float) -> None:
+        """Probe the direct neighbours that went quiet (one nonce each, in id order)."""
+        config = self.local.config
+        for ident in sorted(self.direct):
+            known = self.known[ident]
+            if ident not in self.suspects and now - known.direct_at > config.suspect_after_s:
+                nonce = self.local.rng.getrandbits(32)
+                self.suspects[ident] = (nonce, now + config.probe_timeout_s)
+                self.local.send((known.info.host, known.info.port), Probe(nonce))
+
+    def bury_unanswered(self, now: float) -> bool:
+        """Declare dead the suspects whose probe went unanswered. Returns True if any expired."""
+        expired = [ident for ident, (_, deadline) in self.suspects.items() if now >= deadline]
+        for ident in expired:
+            known = self.known.get(ident)
+            self.suspects.pop(ident, None)
+            if known is not None:
+                self.bury(known.info, now, "no answer to probe")
+        return bool(expired)
+
+    def take_probe_reply(self, sender: int, reply: ProbeReply, now: float) -> bool:
+        """A probe's answer. Returns True if it buried the sender (not a member)."""
+        if reply.me is None or reply.me.id != sender:
+            known = self.known.get(sender)
+            if known is not None:
+                self.bury(known.info, now, "probe: not a member")
+                return True
+            return False
+        self.suspects.pop(sender, None)
+        self.learn(reply.me, now, direct=True)
+        return False
+
+    def expire(self, now: float) -> None:
+        """Drop tombstones past their time and indirect news not refreshed lately."""
+        config = self.local.config
+        expired = [i for i, (_, until) in self.tombstones.items() if now >= until]
+        for ident in expired:
+            del self.tombstones[ident]
+        stale = [
+            i
+            for i, k in self.known.items()
+            if i not in self.direct and now - k.heard_at > config.forget_after_s
+        ]
+        for ident in stale:
+            del self.known[ident]
+            self.rtt.pop(ident, None)
+        if expired or stale:
+            self.changed()
+            for ident in (*expired, *stale):
+                self.their_neighbors.pop(ident, None)
+
+    # -- gossip ----------------------------------------------------------------------------------------
+
+    def send_updates(self, now: float) -> None:
+        """Send our info, our neighbours' summaries and fresh tombstones to every direct neighbour."""
+        local = self.local
+        if not local.in_overlay():
+            return
+        config = local.config
+        # Each summary's path is sent as what follows its common prefix with ours.
+        neighbors = tuple(self.summary(info) for info in self.infos())[: config.max_summaries]
+        # Pass on only what we learnt recently, so that news of a death spreads
+        # once and dies out instead of circulating after it expired somewhere.
+        fresh_until = now + config.tombstone_ttl_s - config.gossip_window_s
+        fresh = [item for item in self.tombstones.values() if item[1] >= fresh_until]
+        fresh.sort(key=lambda item: -item[1])
+        stones = tuple(stone for stone, _ in fresh[: config.max_gossip_tombstones])
+        update = Update(local.info(), neighbors, stones)
+        for addr in self.addresses():
+            local.send(addr, update)
+
+    def summary(self, info: PeerInfo, base: tuple[PathEntry, ...] | None = None) -> PeerInfo:
+        """`info` with its path sent as what follows its common prefix with `base` (ours)."""
+        shared = 0
+        for mine, theirs in zip(self.local.path if base is None else base, info.path):  # noqa: B905
+            if mine != theirs:
+                break
+            shared += 1
+        return msgspec.structs.replace(info, path=info.path[shared:], prefix=shared)
+
+    @staticmethod
+    def expand(summary: PeerInfo, sender_path: tuple[PathEntry, ...]) -> PeerInfo | None:
+        """A summary's full info (None if its prefix does not fit the sender's path)."""
+        if summary.prefix == 0:
+            return summary
+        if summary.prefix > len(sender_path):
+            return None
+        return msgspec.structs.replace(
+            summary, path=sender_path[: summary.prefix] + summary.path, prefix=0
+        )
