@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from node.can.config import CanConfig
+from node.can.geometry import Dimension, Space
 from node.cluster.agent import ClusterConfig
 from node.fields import FieldError
 from node.sched.config import SchedConfig
@@ -136,17 +138,17 @@ def _default_dimensions() -> list[DimensionSpec]:
     ]
 
 
-class NodeSpec(msgspec.Struct, forbid_unknown_fields=True):
-    dimensions: list[DimensionSpec] = msgspec.field(default_factory=_default_dimensions)
-    update_interval_s: float = 2.0
-    suspect_after_s: float = 6.0
-    probe_timeout_s: float = 1.0
-    propose_timeout_s: float = 2.0
-    join_timeout_s: float = 8.0
-    retry_max_s: float = 30.0
-    propose_scope: Literal["neighbourhood", "direct"] = "direct"
-    grid_key: str | None = None  # hex; every datagram is then authenticated
-    port: int = 7000
+# [node]: the peers' CAN space (dimensions) and every field of their CanConfig (timing and
+# limits of the overlay), plus the grid's key and the peers' port.
+NodeSpec = _embedding(
+    "NodeSpec",
+    CanConfig,
+    [
+        ("dimensions", list[DimensionSpec], msgspec.field(default_factory=_default_dimensions)),
+        ("grid_key", str | None, None),  # hex; every datagram is then authenticated
+        ("port", int, 7000),
+    ],
+)
 
 
 class PhaseSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -320,22 +322,8 @@ def _check(spec: ExperimentSpec, source: str) -> None:
                 fail(where, f"value {v} is outside [{d.lo}, {d.hi})")
         if d.uniform and not (d.lo <= d.uniform[0] < d.uniform[1] <= d.hi):
             fail(where, f"uniform range {list(d.uniform)} must lie within [{d.lo}, {d.hi}]")
-    for name in (
-        "update_interval_s",
-        "suspect_after_s",
-        "probe_timeout_s",
-        "propose_timeout_s",
-        "join_timeout_s",
-        "retry_max_s",
-    ):
-        value = getattr(spec.node, name)
-        if not (math.isfinite(value) and value > 0):
-            fail(f"node.{name}", "must be a positive number of seconds")
-    if spec.node.suspect_after_s <= spec.node.update_interval_s:
-        fail(
-            "node.suspect_after_s",
-            "must exceed node.update_interval_s, or live neighbours get suspected",
-        )
+    space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in spec.node.dimensions])
+    _embedded_config(CanConfig, spec.node, "node", fail, space=space)
     if spec.node.grid_key is not None:
         try:
             key = bytes.fromhex(spec.node.grid_key)

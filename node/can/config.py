@@ -2,23 +2,28 @@
 #
 # Rules
 #   1. Every time is in seconds of the `now` clock and must be positive and
-#      finite; an invalid config never exists (it raises ValueError naming the
+#      finite; an invalid config never exists (it raises FieldError, a ValueError, naming the
 #      field and the bad value).
 #   2. Checks of a field live here, in __post_init__, and nowhere else.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Literal
 
 from node.can.geometry import Space
+from node.fields import FieldError, check_positive
 
 __all__ = ["CanConfig"]
 
 
 @dataclass(frozen=True)
 class CanConfig:
-    """Timing and limits of the overlay. Times in seconds of the `now` clock."""
+    """Timing and limits of the overlay. Times in seconds of the `now` clock.
+
+    The only declaration of these fields: a spec's [node] table embeds them by name
+    (testbed/spec.py), a peer's JSON document carries them as its "can" section. Two
+    defaults follow the update period, here and nowhere else (docs/can.md)."""
 
     space: Space
     update_interval_s: float = 2.0
@@ -28,47 +33,72 @@ class CanConfig:
     join_timeout_s: float = 8.0  # a joiner that hears nothing retries
     retry_min_s: float = 0.5  # random back-off before a retry: uniform in [min, cap], cap doubling
     retry_max_s: float = 30.0
-    busy_timeout_s: float = (
-        8.0  # a neighbour's command we never saw committed is forgotten after this
-    )
+    # A neighbour's command we never saw committed is forgotten after this; None: four
+    # update periods, at least 8 s.
+    busy_timeout_s: float | None = None
     tombstone_ttl_s: float = 120.0
     gossip_window_s: float = (
         30.0  # a tombstone is passed on in updates for this long after we learn it
     )
-    forget_after_s: float = 10.0  # indirect news not refreshed for this long is dropped
+    # Indirect news not refreshed for this long is dropped; None: five update periods.
+    forget_after_s: float | None = None
     leave_attempts: int = 8  # MERGE attempts before leaving abruptly
     # Who receives a Propose: "neighbourhood" (direct and indirect neighbours, as
     # seed 002 §6.2 has it) or "direct" (enough to catch interfering commands,
     # whose nodes are within two hops: a common neighbour sees both; docs/can.md).
-    propose_scope: str = "neighbourhood"
+    propose_scope: Literal["neighbourhood", "direct"] = "direct"
     max_hops: int = 512
     max_gossip_tombstones: int = 64
     max_summaries: int = 200  # neighbour summaries per update (the datagram must stay small)
 
     def __post_init__(self) -> None:
-        for name in (
-            "update_interval_s",
-            "suspect_after_s",
-            "probe_timeout_s",
-            "propose_timeout_s",
-            "join_timeout_s",
-            "retry_min_s",
-            "retry_max_s",
-            "busy_timeout_s",
-            "tombstone_ttl_s",
-            "gossip_window_s",
-            "forget_after_s",
-        ):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ValueError(
-                    f"CanConfig.{name} must be a positive number of seconds, not {value!r}"
-                )
+        if self.busy_timeout_s is None:
+            object.__setattr__(self, "busy_timeout_s", max(8.0, 4 * self.update_interval_s))
+        if self.forget_after_s is None:
+            object.__setattr__(self, "forget_after_s", 5 * self.update_interval_s)
+        check_positive(
+            "can",
+            self,
+            (
+                "update_interval_s",
+                "suspect_after_s",
+                "probe_timeout_s",
+                "propose_timeout_s",
+                "join_timeout_s",
+                "retry_min_s",
+                "retry_max_s",
+                "busy_timeout_s",
+                "tombstone_ttl_s",
+                "gossip_window_s",
+                "forget_after_s",
+            ),
+            "seconds",
+        )
         if self.propose_scope not in ("neighbourhood", "direct"):
-            raise ValueError(
-                f"CanConfig.propose_scope must be 'neighbourhood' or 'direct', not {self.propose_scope!r}"
+            raise FieldError(
+                "can",
+                "propose_scope",
+                f"must be 'neighbourhood' or 'direct', not {self.propose_scope!r}",
             )
         if self.suspect_after_s <= self.update_interval_s:
-            raise ValueError(
-                "CanConfig.suspect_after_s must exceed update_interval_s, or live neighbours are suspected"
+            raise FieldError(
+                "can",
+                "suspect_after_s",
+                "must exceed update_interval_s, or live neighbours get suspected",
             )
+        for name in ("leave_attempts", "max_hops", "max_gossip_tombstones", "max_summaries"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise FieldError("can", name, f"must be a positive integer, not {value!r}")
+
+    @property
+    def busy_for_s(self) -> float:
+        """busy_timeout_s, resolved."""
+        assert self.busy_timeout_s is not None
+        return self.busy_timeout_s
+
+    @property
+    def forget_news_after_s(self) -> float:
+        """forget_after_s, resolved."""
+        assert self.forget_after_s is not None
+        return self.forget_after_s

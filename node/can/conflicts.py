@@ -260,7 +260,7 @@ class ConflictProtocol:
     def _grant(self, sender: int, addr: Address, propose: Propose, now: float) -> None:
         """Say YES, and hold still until the proposer's commit (or busy_timeout_s)."""
         key = (-propose.rank, sender)
-        until = now + self.local.config.busy_timeout_s
+        until = now + self.local.config.busy_for_s
         self.busy[sender] = (propose.instance, until, key, propose.kind)
         self.local.send(addr, ProposeOK(propose.instance, True))
 

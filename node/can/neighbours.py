@@ -347,7 +347,7 @@ class NeighbourTable:
         stale = [
             i
             for i, k in self.known.items()
-            if i not in self.direct and now - k.heard_at > config.forget_after_s
+            if i not in self.direct and now - k.heard_at > config.forget_news_after_s
         ]
         for ident in stale:
             del self.known[ident]

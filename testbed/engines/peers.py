@@ -31,18 +31,7 @@ def build_node_config(
     describes (a jobs run's resource coordinates), `sched` adds the scheduler."""
     if space is None:
         space = Space([Dimension(d.name, d.lo, d.hi, d.virtual) for d in node.dimensions])
-    can = CanConfig(
-        space,
-        update_interval_s=node.update_interval_s,
-        suspect_after_s=node.suspect_after_s,
-        probe_timeout_s=node.probe_timeout_s,
-        propose_timeout_s=node.propose_timeout_s,
-        join_timeout_s=node.join_timeout_s,
-        retry_max_s=node.retry_max_s,
-        busy_timeout_s=max(8.0, 4 * node.update_interval_s),
-        forget_after_s=5 * node.update_interval_s,
-        propose_scope=node.propose_scope,
-    )
+    can = CanConfig(space, **config_fields(CanConfig, node))
     cluster = ClusterConfig(**config_fields(ClusterConfig, clusters)) if clusters else None
     key = bytes.fromhex(node.grid_key) if node.grid_key else None
     return NodeConfig(can, key, cluster=cluster, sched=sched)
