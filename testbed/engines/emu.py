@@ -184,7 +184,7 @@ class EmuEngine:
             with contextlib.suppress(ControlError):  # it exited meanwhile
                 self._ask(host, op, **fields)
 
-    # -- jobs (testbed/experiments/jobs.py) ------------------------------------------------------------------------
+    # -- jobs (testbed/experiments/overlay_jobs.py) ------------------------------------------------------------------------
 
     def submit(self, host: int, job: JobInfo) -> bool:
         """Submit a job at the peer on `host`; False if it is not there to take it."""

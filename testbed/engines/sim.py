@@ -128,7 +128,7 @@ class SimEngine:
         if host in self.sim.peers:
             self.sim.set_cluster_candidates(host, candidates)
 
-    # -- jobs (testbed/experiments/jobs.py) ------------------------------------------------------------------------
+    # -- jobs (testbed/experiments/overlay_jobs.py) ------------------------------------------------------------------------
 
     def set_sched_cluster(self, host: int, members: list[int]) -> None:
         if host in self.sim.peers:

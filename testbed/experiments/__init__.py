@@ -3,7 +3,7 @@
     run_<kind>(spec, data, *, out=None, report=None) -> RunResult(dir, summary)
 
     kind      spec             runner                               module
-    can       ExperimentSpec   run_experiment (overlay, churn, jobs)  overlay.py (jobs.py)
+    can       ExperimentSpec   run_experiment (overlay, churn, jobs)  overlay.py (overlay_jobs.py)
     predict   PredictSpec      run_prediction                       predict.py
     cluster   ClusterSpec      run_clusters                         clusters.py
     sched     SchedSpec        run_sched                            sched.py

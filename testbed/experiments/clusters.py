@@ -1,7 +1,7 @@
 # Running a cluster spec (kind = "cluster"): DTM's predictions for the grid,
 # the serialized refinement of seed 002 §5.1 on them (DYN, DYN-SYM), the static
 # clusterings of §4.3.4 from a topology label, and the quality of each judged
-# against the configured matrix (testbed/analysis/clusters.py).
+# against the configured matrix (testbed/analysis/cluster_quality.py).
 #
 # Run folder: spec.toml, clusters.json (every clustering: what each peer
 # advertises), summary.json (`clusters.<name>.{count, size_p50, size_max,
@@ -26,7 +26,7 @@ from node.cluster.agent import ClusterConfig
 from node.cluster.refine import candidate_clusters, refine
 from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
-from testbed.analysis.clusters import cluster_quality
+from testbed.analysis.cluster_quality import cluster_quality
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.experiments.predict import Noise, predict_dtm

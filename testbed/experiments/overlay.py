@@ -37,13 +37,13 @@ from node.cluster.refine import gather
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
 from testbed.analysis.cluster_oracle import check_clusters
-from testbed.analysis.clusters import cluster_quality
+from testbed.analysis.cluster_quality import cluster_quality
 from testbed.analysis.stats import quantiles
 from testbed.churn import Executor, Quiet, Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import InputError
-from testbed.experiments.jobs import Feeding, JobsRun
+from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.run import Report, Run, RunResult
 from testbed.spec import DtmTechnique, ExperimentSpec, NodeSpec, PhaseSpec

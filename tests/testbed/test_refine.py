@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from node.cluster.refine import candidate_clusters, limit_membership, max_clique_with, refine
-from testbed.analysis.clusters import cluster_quality
+from testbed.analysis.cluster_quality import cluster_quality
 from testbed.errors import InputError
 from testbed.experiments.clusters import run_clusters
 from testbed.spec import load_any_spec

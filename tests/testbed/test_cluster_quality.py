@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from node.cluster import actual, disjoint, overlap, static_clustering
-from testbed.analysis.clusters import cluster_quality
+from testbed.analysis.cluster_quality import cluster_quality
 from testbed.topology import DEFAULT_CLUSTERS, load_topology
 
 

@@ -1,4 +1,4 @@
-# The grid's user in overlay runs (testbed/experiments/jobs.py): submissions on time through
+# The grid's user in overlay runs (testbed/experiments/overlay_jobs.py): submissions on time through
 # live peers, entries followed through hand-overs, jobs submitted again when
 # their entry is lost (but not while one of their runs goes on), every job
 # accounted for once; and a whole jobs run in the simulator.
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from node.wire import JobInfo
-from testbed.experiments.jobs import JobClient, JobsRun, cluster_point
 from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
+from testbed.experiments.overlay_jobs import JobClient, JobsRun, cluster_point
 from testbed.spec import load_spec
 
 
