@@ -484,7 +484,7 @@ class JobsRun:
             members = [m for m in cluster if m in self.started]
             if host not in self.started:
                 usable.append(())
-            elif len(members) > 1 and self._diameter(members) <= self.spec.latency_ms:
+            elif len(members) > 1 and self.diameter_ms(members) <= self.spec.latency_ms:
                 usable.append(tuple(members))
             else:
                 usable.append((host,))
@@ -514,5 +514,6 @@ class JobsRun:
             },
         }
 
-    def _diameter(self, members: Sequence[int]) -> float:
+    def diameter_ms(self, members: Sequence[int]) -> float:
+        """The widest RTT among `members` (each pair counted at its slower way), in ms."""
         return float(self.latency[np.ix_(members, members)].max())

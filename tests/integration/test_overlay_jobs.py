@@ -337,5 +337,5 @@ def test_the_bundled_sched_emu_specs_are_valid(name, monkeypatch):
     assert any(e.verb == "leave" for e in schedule.events)
     run = JobsRun(spec, topology, names, root)
     assert len(run.client.jobs) == 300
-    widest = max(len(c) for c in run.clusters if run._diameter(c) <= spec.jobs.latency_ms)
+    widest = max(len(c) for c in run.clusters if run.diameter_ms(c) <= spec.jobs.latency_ms)
     assert max(j.info.size for j in run.client.jobs.values()) <= widest
