@@ -44,6 +44,7 @@ __all__ = [
     "PredictSpec",
     "TopologySpec",
     "VivaldiTechnique",
+    "agent_config",
     "apply_overrides",
     "config_fields",
     "load_any_spec",
@@ -84,22 +85,43 @@ class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _embedding(
-    name: str, config: type, extra: list[tuple[str, Any] | tuple[str, Any, Any]]
+    name: str,
+    config: type,
+    extra: list[tuple[str, Any] | tuple[str, Any, Any]],
+    *,
+    only: frozenset[str] | None = None,
+    omit: frozenset[str] = frozenset(),
+    defaults: dict[str, Any] | None = None,
+    namespace: dict[str, Any] | None = None,
 ) -> type[msgspec.Struct]:
     """A spec table that embeds a peer config dataclass: its fields (name, type, default) as
-    the dataclass declares them, and nowhere else, plus the table's own `extra` fields. The
-    dataclass checks its fields when the spec is checked (`_embedded_config`)."""
+    the dataclass declares them, and nowhere else, plus the table's own `extra` fields. `only`
+    or `omit` choose the fields; `defaults` replaces a dataclass default where a kind of run
+    needs its own (each such replacement says why where it is made). The dataclass checks its
+    fields when the spec is checked (`_embedded_config`)."""
     hints = typing.get_type_hints(config)
+    defaults = defaults or {}
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = list(extra)
     for field in dataclasses.fields(config):
-        if not field.init or field.name in _NOT_EMBEDDED:
+        chosen = field.name in only if only is not None else field.name not in omit
+        if not field.init or field.name in _NOT_EMBEDDED or not chosen:
             continue
-        if field.default is not dataclasses.MISSING:
+        if field.name in defaults:
+            fields.append((field.name, hints[field.name], defaults[field.name]))
+        elif field.default is not dataclasses.MISSING:
             fields.append((field.name, hints[field.name], field.default))
+        elif field.default_factory is not dataclasses.MISSING:
+            factory = msgspec.field(default_factory=field.default_factory)
+            fields.append((field.name, hints[field.name], factory))
         else:
             fields.append((field.name, hints[field.name]))
     return msgspec.defstruct(
-        name, fields, kw_only=True, forbid_unknown_fields=True, module=__name__
+        name,
+        fields,
+        kw_only=True,
+        forbid_unknown_fields=True,
+        module=__name__,
+        namespace=namespace,
     )
 
 
@@ -124,7 +146,7 @@ def _embedded_config(
     try:
         return config(**config_fields(config, table), **given)
     except FieldError as exc:
-        fail(f"{where}.{exc.field}", exc.reason)
+        fail(f"{where}.{exc.field}" if where else exc.field, exc.reason)
 
 
 def _default_dimensions() -> list[DimensionSpec]:
@@ -725,42 +747,66 @@ class SchedSpec(msgspec.Struct, forbid_unknown_fields=True):
     prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
 
 
-class RefinementSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """How DYN and DYN-SYM are refined: by every peer's agent over the network
-    (distributed, seed 002 §5.1.4, in the simulator) or as the serialized
-    reference of §5.1. Times in seconds of the run."""
+# What D, N, M and the criterion are (top level) and what the agents' timing is
+# ([refinement]) both belong to the peers' ClusterConfig, whose fields they embed.
+_POLICY = frozenset({"diameter_ms", "size", "memberships", "criterion"})
 
-    mode: Literal["distributed", "serialized"] = "distributed"
-    stable_s: float = 5.0  # the thesis's 30 s, scaled: all candidates are known at once here
-    wait_s: float = 2.0
-    samples: int = 3  # RTT samples per measured pair
-    limit_s: float = 600.0  # give up (and say so) if not every peer is STEADY by then
+# [refinement]: how DYN and DYN-SYM are refined: by every peer's agent over the network
+# (distributed, seed 002 §5.1.4, in the simulator) or as the serialized reference of §5.1.
+# The agents' timing is ClusterConfig's, in seconds of the run, but for two defaults: the
+# thesis's 30 s of stability and 5 s of waiting are for candidates that trickle in; here
+# every head is given its candidates in the first second, so 5 s and 2 s suffice.
+RefinementSpec = _embedding(
+    "RefinementSpec",
+    ClusterConfig,
+    [
+        ("mode", Literal["distributed", "serialized"], "distributed"),
+        ("limit_s", float, 600.0),  # give up (and say so) if not every peer is STEADY by then
+    ],
+    omit=_POLICY,
+    defaults={"stable_s": 5.0, "wait_s": 2.0},
+)
 
 
-class ClusterSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """Clusterings side by side (docs/clusters.md): DYN and DYN-SYM from DTM's
-    predictions and all-pairs measurements (seed 002 §5.1, serialized), and the
-    static ones from a topology label."""
+def _clustering_names(self: Any) -> list[str]:
+    return [c.replace("{N}", str(self.size)) for c in self.clusterings]
 
-    kind: Literal["cluster"]
-    name: str = "cluster"
-    seed: int = 1
-    topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
-    label: str = "cluster"  # the topology label the static clusterings cut up
-    diameter_ms: float = 0.010  # D
-    size: int = 64  # N
-    memberships: int | None = None  # M (default: N, as the thesis)
-    criterion: Literal["fcfs", "global", "greedy"] = "global"
-    aggregate: int = 2  # candidates gathered: this many times N
-    clusterings: list[str] = msgspec.field(
-        default_factory=lambda: ["DYN", "DYN-SYM", "DISJOINT-{N}", "OVERLAP-{N}", "ACTUAL"]
+
+# kind = "cluster": clusterings side by side (docs/clusters.md): DYN and DYN-SYM from DTM's
+# predictions and all-pairs measurements (seed 002 §5.1), and the static ones from a topology
+# label. D, N, M and the criterion are ClusterConfig's; D defaults to the SHARCNET grid's 10 us.
+ClusterSpec = _embedding(
+    "ClusterSpec",
+    ClusterConfig,
+    [
+        ("kind", Literal["cluster"]),
+        ("name", str, "cluster"),
+        ("seed", int, 1),
+        ("topology", TopologySpec, msgspec.field(default_factory=TopologySpec)),
+        ("label", str, "cluster"),  # the topology label the static clusterings cut up
+        ("aggregate", int, 2),  # candidates gathered: this many times N
+        (
+            "clusterings",
+            list[str],
+            msgspec.field(
+                default_factory=lambda: ["DYN", "DYN-SYM", "DISJOINT-{N}", "OVERLAP-{N}", "ACTUAL"]
+            ),
+        ),
+        ("prediction", DtmTechnique, msgspec.field(default_factory=_default_prediction)),
+        ("noise", NoiseSpec, msgspec.field(default_factory=NoiseSpec)),
+        ("refinement", RefinementSpec, msgspec.field(default_factory=RefinementSpec)),
+    ],
+    only=_POLICY,
+    defaults={"diameter_ms": 0.010},
+    namespace={"clustering_names": _clustering_names},
+)
+
+
+def agent_config(spec: Any) -> ClusterConfig:
+    """The peers' ClusterConfig of a cluster spec: its policy and its [refinement] timing."""
+    return ClusterConfig(
+        **config_fields(ClusterConfig, spec), **config_fields(ClusterConfig, spec.refinement)
     )
-    prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
-    noise: NoiseSpec = msgspec.field(default_factory=NoiseSpec)
-    refinement: RefinementSpec = msgspec.field(default_factory=RefinementSpec)
-
-    def clustering_names(self) -> list[str]:
-        return [c.replace("{N}", str(self.size)) for c in self.clusterings]
 
 
 def _check_sched(spec: SchedSpec, source: str) -> None:
@@ -798,26 +844,26 @@ def _check_sched(spec: SchedSpec, source: str) -> None:
         fail("aggregate", f"must be at least 1, not {spec.aggregate}")
 
 
-def _check_cluster(spec: ClusterSpec, source: str) -> None:
+def _check_cluster(spec: Any, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
-    if not (math.isfinite(spec.diameter_ms) and spec.diameter_ms > 0):
-        fail("diameter_ms", f"must be a positive number of ms, not {spec.diameter_ms}")
+    policy = {name: getattr(spec, name) for name in _POLICY}
+    _embedded_config(ClusterConfig, spec, "", fail)
+    _embedded_config(ClusterConfig, spec.refinement, "refinement", fail, **policy)
+    # A run's clusters are stricter than an agent's: one of a single peer schedules nothing.
     if spec.size < 2:
         fail("size", f"a cluster holds at least 2 peers, not {spec.size}")
-    if spec.memberships is not None and spec.memberships < 1:
-        fail("memberships", f"must be at least 1, not {spec.memberships}")
     if spec.aggregate < 1:
         fail("aggregate", f"must be at least 1, not {spec.aggregate}")
-    ref = spec.refinement
-    for field in ("stable_s", "wait_s", "limit_s"):
-        value = getattr(ref, field)
-        if not (math.isfinite(value) and value > 0):
-            fail(f"refinement.{field}", f"must be a positive number of seconds, not {value}")
-    if not 1 <= ref.samples <= 100:
-        fail("refinement.samples", f"must be an integer in 1..100, not {ref.samples}")
+    if not (math.isfinite(spec.refinement.limit_s) and spec.refinement.limit_s > 0):
+        fail(
+            "refinement.limit_s",
+            f"must be a positive number of seconds, not {spec.refinement.limit_s}",
+        )
+    if spec.refinement.samples > 100:
+        fail("refinement.samples", f"must be an integer in 1..100, not {spec.refinement.samples}")
     for name in spec.clustering_names():
         if name.upper() in ("DYN", "DYN-SYM"):
             continue

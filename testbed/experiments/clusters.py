@@ -22,7 +22,6 @@ import numpy as np
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.cluster import static_clustering
-from node.cluster.agent import ClusterConfig
 from node.cluster.refine import candidate_clusters, refine
 from node.coord.probe import ProbeConfig
 from node.peer import NodeConfig
@@ -34,7 +33,7 @@ from testbed.experiments.run import Report, Run, RunResult
 from testbed.linkmodel import LinkModel
 from testbed.net import new_run_id, plan_network
 from testbed.sim import Simulator
-from testbed.spec import ClusterSpec, TopologySpec
+from testbed.spec import ClusterSpec, TopologySpec, agent_config
 from testbed.topology import Topology, resolve_topology
 
 __all__ = ["labelled_grid", "refine_distributed", "run_clusters"]
@@ -74,7 +73,7 @@ def run_clusters(
     with Run(spec.name, data, out) as run:
         rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
         truth = (rtt + rtt.T) / 2
-        memberships = spec.memberships if spec.memberships is not None else spec.size
+        memberships = agent_config(spec).max_memberships
         started = time.monotonic()
         advertised: dict[str, list[tuple[int, ...]]] = {}
         figures: dict[str, Any] = {}
@@ -146,7 +145,7 @@ def _dynamic(
         filtering = refined.measurements
     else:
         candidates = candidate_clusters(predicted, spec.diameter_ms, spec.size, rng, spec.aggregate)
-        dyn = refine_distributed(spec, topology, candidates, memberships, say)
+        dyn = refine_distributed(spec, topology, candidates, say)
         advertised["DYN"], advertised["DYN-SYM"] = dyn.own, dyn.advertised
         filtering = dyn.measured
         figures["distributed"] = dyn.figures
@@ -171,26 +170,16 @@ def refine_distributed(
     spec: ClusterSpec,
     topology: Topology,
     candidates: list[tuple[int, ...]],
-    memberships: int,
     say: Callable[[str], None],
 ) -> Distributed:
     """Every peer's cluster agent (seed 002 §5.1.4) in the simulator, each head
     given its candidate cluster at a random moment of the first second; runs
     until every peer is STEADY (or refinement.limit_s)."""
     ref = spec.refinement
-    cluster = ClusterConfig(
-        diameter_ms=spec.diameter_ms,
-        size=spec.size,
-        memberships=memberships,
-        criterion=spec.criterion,
-        stable_s=ref.stable_s,
-        wait_s=ref.wait_s,
-        samples=ref.samples,
-    )
     node = NodeConfig(
         CanConfig(Space([Dimension("v", 0.0, 1.0, virtual=True)])),
         probe=ProbeConfig(rate=2000.0, max_pending=4096),
-        cluster=cluster,
+        cluster=agent_config(spec),
     )
     n = topology.n
     plan = plan_network(n, new_run_id())
