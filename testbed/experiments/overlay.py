@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from node.can.geometry import abutment
+from node.cluster.agent import ClusterConfig
 from node.cluster.refine import gather
 from node.peer import NodeConfig
 from testbed.analysis.can_oracle import check_can
@@ -172,7 +173,8 @@ class _OverlayRun:
         self.checks: list[_Check] = []
         self.executor: Executor | None = None  # with a churn schedule
         self.churn_summary: dict[str, Any] | None = None  # what the executor did
-        self.offers = _Offers(spec, topology, engine) if spec.clusters is not None else None
+        agents = self.config.cluster
+        self.offers = _Offers(spec, topology, engine, agents) if agents is not None else None
         self.last_clusters: dict[str, Any] = {}  # DYN and DYN-SYM at the last check
         self.joined_at: dict[int, float] = {}  # churn joins: when each host last joined
 
@@ -383,10 +385,16 @@ def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -
     return compile_churn(read_churn(churn.script), universe, spec.seed, source=churn.script)
 
 
+def _ref(spec: ExperimentSpec) -> str:
+    """The run's topology reference, `{seed}` replaced (as resolve_topology does)."""
+    return spec.topology.ref.replace("{seed}", str(spec.seed))
+
+
 def _frames(spec: ExperimentSpec) -> tuple[int | None, int]:
     """How many matrix frames the topology has, and the one the run starts on."""
-    name, _, arg = spec.topology.ref.partition(":")
-    if Path(spec.topology.ref).exists():
+    ref = _ref(spec)
+    name, _, arg = ref.partition(":")
+    if Path(ref).exists():
         return None, 1
     if name == "planetlab":
         return len(PLANETLAB_FRAMES), int(arg) if arg.isdigit() else 1
@@ -401,7 +409,7 @@ def _frames_used(
     """The one-way delays (s) of every matrix frame the schedule switches to."""
     events = schedule.events if schedule is not None else []
     wanted = sorted({int(e.value) for e in events if e.verb == "frame" and e.value is not None})
-    name, _, arg = spec.topology.ref.partition(":")
+    name, _, arg = _ref(spec).partition(":")
     out = {}
     for frame in wanted:
         if name == "sharcnet":  # the same grid (seed), inter-cluster latencies of that frame
@@ -515,9 +523,12 @@ class _Offers:
     (testbed-side: the prediction issue measured DTM on real pings; here the
     refinement is what runs on the network)."""
 
-    def __init__(self, spec: ExperimentSpec, topology: Topology, engine: Engine) -> None:
+    def __init__(
+        self, spec: ExperimentSpec, topology: Topology, engine: Engine, agents: ClusterConfig
+    ) -> None:
         assert spec.clusters is not None
         self.c = spec.clusters
+        self.memberships = agents.max_memberships  # M, as the agents have it
         self.engine = engine
         rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
         self.predicted, _ = predict_dtm(
@@ -578,7 +589,7 @@ class _Offers:
                 rtt_ms,
                 self.c.diameter_ms,
                 max_size=self.c.size,
-                max_memberships=self.c.memberships or self.c.size,
+                max_memberships=self.memberships,
             )
             out[key] = {k: v for k, v in figures.items() if k != "violations"}
         return out
@@ -595,7 +606,7 @@ class _Offers:
             hosts,
             diameter_ms=self.c.diameter_ms,
             size=self.c.size,
-            memberships=self.c.memberships or self.c.size,
+            memberships=self.memberships,
             frozen=frozen,
         )
 

@@ -13,11 +13,10 @@ import pytest
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
 from node.peer import NodeConfig
-from testbed.churn import Universe, compile_churn, parse_churn
-from testbed.churn._execute import Executor, Quiet
+from testbed.churn import Executor, Quiet, Universe, compile_churn, parse_churn
 from testbed.errors import InputError
 from testbed.experiments.campaign import _row, run_campaign
-from testbed.experiments.overlay import run_experiment
+from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 from testbed.spec import load_spec
@@ -359,3 +358,23 @@ def test_a_takeover_before_the_crash_is_no_repair(tmp_path):
     repair = json.loads((run_dir / "summary.json").read_text())["repair_s"]
     assert repair["crashes"] == 18
     assert all(value >= 0 for value in repair["values"])
+
+
+def test_a_map_per_seed_is_the_map_the_frames_switch_on(tmp_path):
+    # `{seed}` in an overlay spec's ref is the run's seed everywhere it is read: the hosts,
+    # and the frames a churn script switches to (they used to parse the raw ref).
+    script = tmp_path / "frame.churn"
+    script.write_text("at 5s frame 2\nat 10s stop\n")
+    overrides = ['topology.ref="sharcnet:{seed}"', "topology.hosts=20", "seed=3"]
+    spec, _ = load_spec(None, [*overrides, f'churn.script="{script}"'], defaults={"name": "x"})
+    topology = select_topology(spec)
+    assert topology.source.startswith("sharcnet(seed=3,")
+    schedule = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
+    assert [e.value for e in schedule.events if e.verb == "frame"] == [2]
+    spec, data = load_spec(
+        None, [*overrides, f'churn.script="{script}"', "churn.settle_s=3"], defaults={"name": "x"}
+    )
+    summary = json.loads(
+        (run_experiment(spec, data, out=tmp_path / "run").dir / "summary.json").read_text()
+    )
+    assert summary["status"] == "complete" and summary["topology"] == topology.source
