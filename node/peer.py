@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,20 +162,38 @@ class Peer:
         self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
     ) -> str | None:
         """Hand a decoded message to its component; returns why it was unacceptable, or None."""
+        handler = _HANDLERS.get(type(message), Peer._to_overlay)
+        return handler(self, sender, source, message, now, rx_at)
+
+    # One handler per component, found by the message's type (_HANDLERS, below the class);
+    # the overlay takes every type no other component claims.
+
+    def _to_prober(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
         if isinstance(message, Ping):
             self.prober.handle_ping(source, message, now, rx_at)
-            return None
-        if isinstance(message, Pong):
+        elif isinstance(message, Pong):
             self.prober.handle_pong(message, now, rx_at)
-            return None
-        if isinstance(message, _CLUSTER_MESSAGES):
-            if self.cluster is None:
-                return "no cluster agent"
-            return self.cluster.handle_message(source, message, now)
-        if isinstance(message, _SCHED_MESSAGES):
-            if self.sched is None:
-                return "no scheduler"
-            return self.sched.handle_message(source, message, now)
+        return None
+
+    def _to_cluster(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
+        if self.cluster is None:
+            return "no cluster agent"
+        return self.cluster.handle_message(source, message, now)
+
+    def _to_sched(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
+        if self.sched is None:
+            return "no scheduler"
+        return self.sched.handle_message(source, message, now)
+
+    def _to_overlay(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
         return self.can.handle_message(sender, source, message, now)
 
     def _after_input(self, now: float) -> None:
@@ -377,3 +395,14 @@ class Peer:
         out = {f"drop.{reason}": 0 for reason in DROP_REASONS}
         out.update(self.counters)
         return dict(sorted(out.items()))
+
+
+_Handler = Callable[[Peer, int, Address, Message, float, "float | None"], "str | None"]
+
+# Which component takes a message of each type (Peer._dispatch); the overlay takes the rest.
+_HANDLERS: dict[type[Message], _Handler] = {
+    Ping: Peer._to_prober,
+    Pong: Peer._to_prober,
+    **dict.fromkeys(_CLUSTER_MESSAGES, Peer._to_cluster),
+    **dict.fromkeys(_SCHED_MESSAGES, Peer._to_sched),
+}
