@@ -38,8 +38,7 @@ def _nothing_left_behind() -> object:
     if os.geteuid() != 0:
         yield
         return
-    from testbed.net._clean import clean, netns_of_run
-    from testbed.net._registry import list_runs
+    from testbed.net import clean, list_runs, netns_of_run
 
     before = set(netns_of_run())
     yield

@@ -43,6 +43,7 @@ from testbed.analysis.stats import quantiles
 from testbed.churn import Executor, Quiet, Schedule, Universe, compile_churn, read_churn, read_trace
 from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
+from testbed.engines.sim import SimEngine
 from testbed.errors import InputError
 from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
@@ -121,11 +122,9 @@ MakeEngine = Callable[[ExperimentSpec, Topology, NodeConfig, Path], Engine]
 
 
 def _engine_for(spec: ExperimentSpec) -> MakeEngine:
-    """The spec's engine; imported here because each pulls in its own world (the emulator:
-    Mininet and pyroute2; the simulator: every peer core)."""
+    """The spec's engine. The emulator's is imported only for an emulated run: it loads
+    Mininet and pyroute2, which a simulated run (and a machine without them) never needs."""
     if spec.engine == "sim":
-        from testbed.engines.sim import SimEngine
-
         return SimEngine
     from testbed.engines.emu import EmuEngine
 

@@ -27,6 +27,10 @@ __all__ = [
     "NetworkPlan",
     "Wan",
     "clean",
+    "entered_netns",
+    "list_netns",
+    "list_runs",
+    "netns_of_run",
     "new_run_id",
     "open_wan",
     "plan_network",
@@ -34,10 +38,14 @@ __all__ = [
 
 if TYPE_CHECKING:
     from testbed.net._clean import clean as clean
+    from testbed.net._clean import netns_of_run as netns_of_run
+    from testbed.net._netns import entered_netns as entered_netns
+    from testbed.net._netns import list_netns as list_netns
     from testbed.net._plan import NetworkPlan as NetworkPlan
     from testbed.net._plan import new_run_id as new_run_id
     from testbed.net._plan import plan_network as plan_network
     from testbed.net._probe import IcmpProber as IcmpProber
+    from testbed.net._registry import list_runs as list_runs
     from testbed.net._wan import Calibration as Calibration
     from testbed.net._wan import EmuHost as EmuHost
     from testbed.net._wan import ExecResult as ExecResult
@@ -47,6 +55,10 @@ if TYPE_CHECKING:
     from testbed.net.delay import EngineClient as EngineClient
 
 _LAZY = {
+    "entered_netns": "testbed.net._netns",
+    "list_netns": "testbed.net._netns",
+    "list_runs": "testbed.net._registry",
+    "netns_of_run": "testbed.net._clean",
     "Calibration": "testbed.net._wan",
     "EmuHost": "testbed.net._wan",
     "ExecResult": "testbed.net._wan",

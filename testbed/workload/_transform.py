@@ -10,6 +10,7 @@ import math
 import random
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
 from testbed.errors import InputError
@@ -52,8 +53,6 @@ def _rebased(jobs: Sequence[Job]) -> list[Job]:
 
 
 def _replace(job: Job, **changes: float) -> Job:
-    import msgspec
-
     return msgspec.structs.replace(job, **changes)
 
 

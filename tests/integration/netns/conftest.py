@@ -10,8 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from testbed.net._netns import entered_netns
-from testbed.net._probe import IcmpProber
+from testbed.net import IcmpProber, entered_netns
 
 SO_TIMESTAMPNS = 35
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from testbed.experiments.overlay import run_experiment
-from testbed.net._clean import netns_of_run
+from testbed.net import netns_of_run
 from testbed.spec import load_spec
 
 from .conftest import SPEC

@@ -15,10 +15,7 @@ import numpy as np
 import pytest
 
 from testbed.errors import EmulationError, FloorError, TopologyError
-from testbed.net import clean, open_wan
-from testbed.net._clean import netns_of_run
-from testbed.net._netns import list_netns
-from testbed.net._registry import list_runs
+from testbed.net import clean, list_netns, list_runs, netns_of_run, open_wan
 from testbed.tools.bench import bringup_cost
 
 CLI = [sys.executable, "-m", "testbed.cli"]

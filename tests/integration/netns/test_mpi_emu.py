@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from testbed.net._clean import netns_of_run
+from testbed.net import netns_of_run
 from testbed.tools.mpi import latency_penalty
 from testbed.topology import load_topology
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from testbed.experiments.predict import run_prediction
 from testbed.experiments.run import Report
-from testbed.net._clean import netns_of_run
+from testbed.net import netns_of_run
 from testbed.spec import load_any_spec
 
 from .conftest import bound_ms
