@@ -1,4 +1,5 @@
-# `testbed bench ...`: the emulator's fidelity and cost (delay, probes, bring-up, MPI).
+# `testbed bench ...`: the emulator's fidelity and cost (delay, probes, bring-up, MPI) and the
+# simulator's speed against another commit (sim).
 
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ from testbed.cli._common import (
     handled,
     hosts_option,
     no_clamp_option,
+    overrides_option,
     run_folder_option,
     topology_options,
 )
 from testbed.errors import InputError
 from testbed.progress import BringupProgress, console, err_console
+from testbed.tools.simbench import DEFAULT_SPEC, compare_sim_speed  # stdlib only: light
 
 
 @cli.group()
 def bench() -> None:
-    """Benchmarks of the emulator itself."""
+    """Benchmarks of the emulator and the simulator."""
 
 
 @bench.command(name="delay")
@@ -357,3 +360,60 @@ def bench_mpi(
 
 
 # -- run -------------------------------------------------------------------------------------------------
+
+
+@bench.command(name="sim")
+@click.option(
+    "--against",
+    "rev",
+    required=True,
+    help="The commit to compare with (e.g. d603307, main~3); it runs from a temporary worktree.",
+)
+@click.option(
+    "--spec",
+    default=DEFAULT_SPEC,
+    show_default=True,
+    help="Spec path inside the repository; each side reads its own copy.",
+)
+@overrides_option("applied to both sides, e.g. --set phases.0.count=100")
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_sim(
+    rev: str, spec: str, overrides: tuple[str, ...], out: Path | None, as_json: bool
+) -> None:
+    """The simulator's speed: SPEC on commit REV and on this checkout, one after the other,
+    and the wall-time ratio (old / new)."""
+    import time
+
+    from testbed.runs import new_run_dir, write_json
+
+    folder = new_run_dir("bench-sim", out).resolve()
+    with err_console.status("bench sim") as status:
+        result = compare_sim_speed(
+            rev, spec=spec, overrides=list(overrides), out=folder, say=status.update
+        )
+    result["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    write_json(folder / "bench-sim.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench sim: {spec} ({', '.join(overrides) or 'as bundled'})")
+    for col in ("side", "wall s", "events", "events/s", "datagrams", "virtual s", "violations"):
+        table.add_column(col, justify="left" if col == "side" else "right")
+    for side in ("old", "new"):
+        row = result[side]
+        label = f"old {result['against'][:8]}" if side == "old" else "new"
+        table.add_row(
+            label,
+            f"{row['wall_s']:.1f}",
+            "-" if row["events"] is None else f"{row['events']:,}",
+            "-" if row["events_per_s"] is None else f"{row['events_per_s']:,.0f}",
+            f"{row['datagrams']:,}",
+            f"{row['virtual_s']:g}",
+            str(row["violations"]),
+        )
+    console.print(table)
+    same = "" if result["same_virtual_time"] else " [red](the sides ran different virtual times)[/]"
+    console.print(f"wall-time ratio old / new: [bold]{result['ratio']}[/]{same}")
+    print(folder)

@@ -171,6 +171,7 @@ class SimEngine:
         return {
             "sim": {
                 "virtual_s": round(self.sim.now, 3),
+                "events": handled,  # the simulator's steps (timers, deliveries, actions)
                 "datagrams": stats["sent"],
                 "delivered": stats["delivered"],
                 "dropped": {k[8:]: v for k, v in stats.items() if k.startswith("dropped.")},
