@@ -23,6 +23,8 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from testbed.errors import ControlError
 
 __all__ = ["DROP_DOWN", "DROP_LOSS", "DROP_PARTITION", "DROP_REASONS", "Jitter", "LinkModel"]
@@ -109,23 +111,30 @@ class LinkModel:
     def _check_matrix(
         op: str, one_way_s: Sequence[Sequence[float]], n: int | None = None
     ) -> list[list[float]]:
-        rows = [list(map(float, row)) for row in one_way_s]
-        size = len(rows)
-        if size == 0 or any(len(row) != size for row in rows):
+        try:
+            matrix = np.array(one_way_s, dtype=float)
+        except (TypeError, ValueError) as exc:  # ragged rows, or entries that are not numbers
+            raise ControlError(
+                op, f"the delay matrix must be square numbers in s ({exc})", field="matrix"
+            ) from None
+        size = len(matrix)
+        if matrix.ndim != 2 or size == 0 or matrix.shape[1] != size:
             raise ControlError(op, "the delay matrix must be square and non-empty", field="matrix")
         if n is not None and size != n:
             raise ControlError(
                 op, f"the matrix has {size} hosts; this network has {n}", field="matrix"
             )
-        for i, row in enumerate(rows):
-            for j, value in enumerate(row):
-                if not (math.isfinite(value) and 0 <= value <= MAX_ONE_WAY_S):
-                    raise ControlError(
-                        op,
-                        f"entry ({i}, {j}) is {value!r} s; expected 0..{MAX_ONE_WAY_S} s",
-                        field="matrix",
-                    )
-            row[i] = 0.0
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(matrix) & (matrix >= 0) & (matrix <= MAX_ONE_WAY_S))
+        if bad.any():
+            i, j = (int(k) for k in np.argwhere(bad)[0])
+            raise ControlError(
+                op,
+                f"entry ({i}, {j}) is {float(matrix[i, j])!r} s; expected 0..{MAX_ONE_WAY_S} s",
+                field="matrix",
+            )
+        np.fill_diagonal(matrix, 0.0)
+        rows: list[list[float]] = matrix.tolist()
         return rows
 
     def _host(self, op: str, host: int, field: str = "host") -> int:

@@ -146,10 +146,12 @@ class ConflictProtocol:
 
     # -- timers ----------------------------------------------------------------------------------------
 
-    def deadlines(self) -> list[float]:
-        out = [] if self.command is None else [self.command.deadline]
-        out.extend(until for _, _, until in self.deferred.values())
-        return out
+    def next_deadline(self) -> float:
+        """The earliest of the protocol's deadlines (inf: none)."""
+        earliest = math.inf if self.command is None else self.command.deadline
+        for _, _, until in self.deferred.values():
+            earliest = min(earliest, until)
+        return earliest
 
     def handle_timer(self, now: float) -> None:
         command = self.command

@@ -142,13 +142,15 @@ def abutment(
     b.hi == a.lo) and overlap with positive length in every other one.
     """
     found = None
-    for d, (a0, a1, b0, b1) in enumerate(zip(alo, ahi, blo, bhi, strict=True)):
+    d = 0
+    for a0, a1, b0, b1 in zip(alo, ahi, blo, bhi, strict=True):
         if a1 == b0 or b1 == a0:
             if found is not None:
                 return None  # touching in two dimensions: an edge or corner
             found = (d, a1 == b0)
-        elif not max(a0, b0) < min(a1, b1):
+        elif not (a0 < b1 and b0 < a1 and a0 < a1 and b0 < b1):  # max(a0, b0) < min(a1, b1)
             return None
+        d += 1  # noqa: SIM113 - hot path: enumerate costs a tuple per dimension
     return found
 
 

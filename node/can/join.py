@@ -106,14 +106,16 @@ class JoinService:
 
     # -- timers ----------------------------------------------------------------------------------------
 
-    def deadlines(self) -> list[float]:
-        out = [self.deadline, self.retry_at]
-        out.extend(at for _, _, at, _ in self.pending_accept.values())
+    def next_deadline(self) -> float:
+        """The earliest of the join service's deadlines (inf: none)."""
+        earliest = min(self.deadline, self.retry_at)
+        for _, _, at, _ in self.pending_accept.values():
+            earliest = min(earliest, at)
         for queued in self._queue:
-            out.append(queued.serve_by)
+            earliest = min(earliest, queued.serve_by)
             if queued.not_before > -math.inf:
-                out.append(queued.not_before)
-        return out
+                earliest = min(earliest, queued.not_before)
+        return earliest
 
     def handle_timer(self, now: float) -> None:
         """The joiner's timers: retry after the back-off, or back off after a timeout."""
@@ -371,7 +373,8 @@ class JoinService:
             joiner_path,
         )
         table.set_zone(lo, hi, (*local.path, PathEntry(sid, dim, pos, mine_upper)), "split", now)
-        table.known[joiner.id] = Known(new_joiner, now, now, now)  # it asked us itself
+        # It asked us itself. (No version bump of its own: set_zone just bumped it.)
+        table.known[joiner.id] = Known(new_joiner, now, now, now)
         self._recent_joiners[joiner.id] = now
         table.recompute_direct(now)
         # What we know, as summaries against the joiner's path, those next to

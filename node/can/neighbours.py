@@ -28,10 +28,18 @@
 #      depends on may have changed (so that it can cache that view).
 #   3. What the other parts hold per peer is dropped through `on_bury` and
 #      `on_newer`, which the facade wires to the conflict protocol.
+#   4. Most summaries repeat what the same neighbour said last time. A summary
+#      equal to the one it sent last time is old news if what learning it
+#      depends on is as it was right after we learnt it: the sender's path,
+#      our path, and our `known` and `tombstones` entries for that peer (the
+#      objects themselves: news replaces them, never mutates them). Then
+#      learning it again would only refresh its time; we do only that
+#      (`_Seen`), and skip expanding, validating and comparing it.
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +61,61 @@ class Known:
     spoke_at: float = -math.inf  # last time it spoke to us itself (only that)
 
 
+@dataclass(slots=True)
+class _Summary:
+    """A summary as we took it from one neighbour, and our entries for its peer
+    right after (rule 4)."""
+
+    packed: PeerInfo  # as it came (path relative to the sender's)
+    info: PeerInfo  # what we made of it
+    known: Known | None
+    stone: tuple[Tombstone, float] | None
+    refresh: bool  # whether learning it again refreshes known.heard_at (else: nothing)
+
+
+@dataclass(slots=True)
+class _Seen:
+    """The last update we took from one neighbour (rule 4)."""
+
+    update: Update
+    their_path: tuple[PathEntry, ...]
+    path: tuple[PathEntry, ...]  # ours, after we took it
+    summaries: dict[int, _Summary]
+    infos: tuple[PeerInfo, ...]  # what their_neighbors got
+    # For taking the same update again at once (all its summaries were
+    # valid, none twice): the peers it names, our entries for them, whom it
+    # refreshes. Made when it first comes again.
+    whole: (
+        tuple[list[int], list[Known | None], list[tuple[Tombstone, float] | None], list[Known]]
+        | None
+    ) = None
+
+    def repeat(
+        self, known: dict[int, Known], tombstones: dict[int, tuple[Tombstone, float]], now: float
+    ) -> bool:
+        """Take the same update again if nothing it depends on changed (rule 4)."""
+        whole = self.whole
+        if whole is None:
+            if len(self.summaries) != len(self.update.neighbors):
+                return False
+            values = self.summaries.values()
+            whole = self.whole = (
+                list(self.summaries),
+                [s.known for s in values],
+                [s.stone for s in values],
+                [s.known for s in values if s.refresh],  # type: ignore[misc]
+            )
+        ids, knowns, stones, refresh = whole
+        if not (
+            all(map(operator.is_, map(known.get, ids), knowns))
+            and all(map(operator.is_, map(tombstones.get, ids), stones))
+        ):
+            return False
+        for k in refresh:
+            k.heard_at = now
+        return True
+
+
 def _ignore_bury(ident: int) -> None:
     return None
 
@@ -69,10 +132,12 @@ class NeighbourTable:
         self.local = local
         self.known: dict[int, Known] = {}
         self.direct: set[int] = set()
+        self.direct_version = 0  # bumped whenever `direct` may have changed
         self.tombstones: dict[int, tuple[Tombstone, float]] = {}  # id -> (stone, expires)
         self.suspects: dict[int, tuple[int, float]] = {}  # id -> (probe nonce, deadline)
         self.rtt: dict[int, float] = {}  # id -> smoothed RTT of our Propose/ProposeOK exchanges
         self.their_neighbors: dict[int, tuple[PeerInfo, ...]] = {}  # each one's last summaries
+        self.seen: dict[int, _Seen] = {}  # each neighbour's last update (rule 4)
         self.invalid_news = 0
         self.version = 0  # see rule 2
         self.next_update = math.inf  # when we next send updates (the tick)
@@ -102,6 +167,7 @@ class NeighbourTable:
 
     def recompute_direct(self, now: float) -> None:
         lo, hi = self.local.lo, self.local.hi
+        self.direct_version += 1
         if not lo:
             self.direct = set()
             return
@@ -120,6 +186,7 @@ class NeighbourTable:
         lo, hi = self.local.lo, self.local.hi
         if not lo:
             return
+        self.direct_version += 1
         for ident in idents:
             k = self.known.get(ident)
             if k is not None and k.info.lo and abutment(lo, hi, k.info.lo, k.info.hi) is not None:
@@ -205,23 +272,49 @@ class NeighbourTable:
         self.known.pop(info.id, None)
         self.rtt.pop(info.id, None)
         self.suspects.pop(info.id, None)
+        self.seen.pop(info.id, None)
         self.on_bury(info.id)
         self.direct.discard(info.id)
+        self.direct_version += 1
         if reason != "gossip":
             self.local.emit(PeerDeclaredDead(now, info.id, reason))
 
     def take_summaries(self, sender: int, update: Update, now: float) -> list[int]:
         """Learn a neighbour's own info and its summaries; returns the ids whose news changed."""
         me = update.me
+        local, known, tombstones = self.local, self.known, self.tombstones
         learned = [sender] if self.learn(me, now, direct=True) else []
         self.suspects.pop(sender, None)
-        self.prune_path(me.path, now)
+        seen = self.seen.get(sender)
+        if seen is not None and (seen.path is not local.path or seen.their_path != me.path):
+            seen = None  # what its summaries meant may have changed
+        if seen is None:
+            self.prune_path(me.path, now)  # else: done with these paths already
+        same = seen is not None and (seen.update is update or seen.update == update)
+        if same and seen.repeat(known, tombstones, now):  # type: ignore[union-attr]
+            if seen.infos:  # type: ignore[union-attr]
+                self.their_neighbors[sender] = seen.infos  # type: ignore[union-attr]
+            return learned
+        before = seen.summaries if seen is not None else {}
+        taken: dict[int, _Summary] = {}
         summaries = []
-        known = self.known
         for packed in update.neighbors:
-            # Most summaries are old news: reuse what we hold (same instance, same
+            ident = packed.id
+            old = before.get(ident)
+            if (
+                old is not None
+                and (same or old.packed == packed)
+                and known.get(ident) is old.known
+                and tombstones.get(ident) is old.stone
+            ):
+                if old.refresh:
+                    old.known.heard_at = now  # type: ignore[union-attr]
+                summaries.append(old.info)
+                taken[ident] = old
+                continue
+            # Old news from elsewhere: reuse what we hold (same instance, same
             # zone) instead of expanding the compressed path again.
-            held = known.get(packed.id)
+            held = known.get(ident)
             info: PeerInfo | None
             if (
                 held is not None
@@ -237,11 +330,35 @@ class NeighbourTable:
                     self.invalid_news += 1
                     continue
             summaries.append(info)
-            if info.id != self.local.id and info.id != sender and self.learn(info, now):
-                learned.append(info.id)
-        if summaries:
-            self.their_neighbors[sender] = tuple(summaries)
+            if ident == local.id or ident == sender:
+                taken[ident] = _Summary(
+                    packed, info, known.get(ident), tombstones.get(ident), False
+                )
+                continue
+            if self.learn(info, now):
+                learned.append(ident)
+            k = known.get(ident)
+            stone = tombstones.get(ident)
+            if k is not None and k.info.instance == info.instance and info.lo:
+                taken[ident] = _Summary(packed, info, k, stone, True)
+            elif (
+                stone is not None
+                or not info.lo
+                or (k is not None and k.info.instance > info.instance)
+            ):
+                taken[ident] = _Summary(packed, info, k, stone, False)
+            # else it was invalid news: learn it again next time (and count it again)
+        infos = tuple(summaries)
+        if infos:
+            self.their_neighbors[sender] = infos
+        self.seen[sender] = _Seen(update, me.path, local.path, taken, infos)
         return learned
+
+    def seen_before(self, sender: int, update: Update) -> bool:
+        """Whether `update` equals the last update we took from `sender` (no need to
+        validate it again)."""
+        seen = self.seen.get(sender)
+        return seen is not None and (seen.update is update or seen.update == update)
 
     def take_tombstones(self, stones: Iterable[Tombstone], now: float) -> bool | None:
         """Bury the peers of gossiped tombstones that are news. Returns whether any
@@ -356,6 +473,7 @@ class NeighbourTable:
             self.changed()
             for ident in (*expired, *stale):
                 self.their_neighbors.pop(ident, None)
+                self.seen.pop(ident, None)
 
     # -- gossip ----------------------------------------------------------------------------------------
 

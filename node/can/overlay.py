@@ -405,12 +405,16 @@ class CanOverlay:
     def get_timer(self) -> float | None:
         if self._local.status in (Status.IDLE, Status.LEFT):
             return None
-        deadlines = [self._table.next_update, self._leave_retry_at]
-        deadlines.extend(self._join.deadlines())
-        deadlines.extend(self._conflicts.deadlines())
-        deadlines.extend(d for _, d in self._table.suspects.values())
-        deadlines.extend(self._takeover.deadlines())
-        earliest = min(deadlines)
+        table = self._table
+        earliest = min(
+            table.next_update,
+            self._leave_retry_at,
+            self._join.next_deadline(),
+            self._conflicts.next_deadline(),
+            self._takeover.next_deadline() if self._takeover.checks else math.inf,
+        )
+        for _, deadline in table.suspects.values():
+            earliest = min(earliest, deadline)
         return None if earliest == math.inf else earliest
 
     def handle_timer(self, now: float) -> None:
@@ -473,7 +477,7 @@ class CanOverlay:
     def _handle_message(
         self, sender: int, addr: Address, message: Message, now: float
     ) -> str | None:
-        problem = self._validate(message)
+        problem = self._validate(sender, message)
         if problem is not None:
             return problem
         handler = self._any_status.get(type(message))
@@ -495,7 +499,9 @@ class CanOverlay:
             handler(sender, addr, message, now)
         return None
 
-    def _validate(self, message: Message) -> str | None:
+    def _validate(self, sender: int, message: Message) -> str | None:
+        if type(message) is Update and self._table.seen_before(sender, message):
+            return None  # the same as one we validated and took
         validator = _VALIDATORS.get(type(message))
         return None if validator is None else validator(message, self._local.space.n)
 

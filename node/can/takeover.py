@@ -103,11 +103,13 @@ class Takeover:
         self._unsettled_ticks = 0
         self._regions: list[DeadBox] | None = None
         self._regions_version = -1  # the table's version _regions was computed at
+        self._coverage: tuple[object, str | None] = (None, None)  # (inputs, coverage_problem)
 
     # -- timers ----------------------------------------------------------------------------------------
 
-    def deadlines(self) -> list[float]:
-        return [d for d in self.checks.values() if d > self.checks_run]
+    def next_deadline(self) -> float:
+        """The earliest check not yet run (inf: none)."""
+        return min((d for d in self.checks.values() if d > self.checks_run), default=math.inf)
 
     def checks_due(self, now: float) -> bool:
         return any(self.checks_run < d <= now for d in self.checks.values())
@@ -398,9 +400,17 @@ class Takeover:
 
     def coverage_problem(self) -> str | None:
         """Check that the known direct neighbours tile every inner face of our zone exactly."""
-        local = self.local
+        local, table = self.local, self.table
         if not local.lo:
             return "no zone"
+        # It depends on our zone, the direct set and what we know of it (in `version`).
+        key = (table.version, table.direct_version, local.lo, local.hi)
+        if key != self._coverage[0]:
+            self._coverage = (key, self._coverage_problem())
+        return self._coverage[1]
+
+    def _coverage_problem(self) -> str | None:
+        local = self.local
         space = local.space
         for d in range(space.n):
             for upper in (False, True):
