@@ -376,11 +376,23 @@ def bench_mpi(
     help="Spec path inside the repository; each side reads its own copy.",
 )
 @overrides_option("applied to both sides, e.g. --set phases.0.count=100")
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Runs per side, alternating; each side's median run is compared.",
+)
 @run_folder_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @handled
 def bench_sim(
-    rev: str, spec: str, overrides: tuple[str, ...], out: Path | None, as_json: bool
+    rev: str,
+    spec: str,
+    overrides: tuple[str, ...],
+    repeat: int,
+    out: Path | None,
+    as_json: bool,
 ) -> None:
     """The simulator's speed: SPEC on commit REV and on this checkout, one after the other,
     and the wall-time ratio (old / new)."""
@@ -391,7 +403,12 @@ def bench_sim(
     folder = new_run_dir("bench-sim", out).resolve()
     with err_console.status("bench sim") as status:
         result = compare_sim_speed(
-            rev, spec=spec, overrides=list(overrides), out=folder, say=status.update
+            rev,
+            spec=spec,
+            overrides=list(overrides),
+            out=folder,
+            repeat=repeat,
+            say=status.update,
         )
     result["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
     write_json(folder / "bench-sim.json", result)
@@ -415,5 +432,9 @@ def bench_sim(
         )
     console.print(table)
     same = "" if result["same_virtual_time"] else " [red](the sides ran different virtual times)[/]"
+    if repeat > 1:
+        for side in ("old", "new"):
+            walls = ", ".join(f"{w:.1f}" for w in result[f"{side}_walls_s"])
+            console.print(f"{side} wall times (s): {walls}; the table shows the median run")
     console.print(f"wall-time ratio old / new: [bold]{result['ratio']}[/]{same}")
     print(folder)

@@ -8,7 +8,9 @@
 #   own code and spec, PYTHONPATH pointing at it), this one from the checkout. Each side's
 #   summary.json gives its wall time, events handled (where that commit reports them),
 #   datagrams and virtual time; the ratio is old wall time over new. Both sides must run the
-#   same virtual time, or the comparison says so (`same_virtual_time`).
+#   same virtual time, or the comparison says so (`same_virtual_time`). With `repeat` > 1 the
+#   sides alternate (old, new, old, new, ...) and each side's median run is compared: the
+#   machines are shared, and one run of a side may vary by a fifth.
 #
 # Rules
 #   1. The worktree is removed however the benchmark ends.
@@ -76,10 +78,13 @@ def compare_sim_speed(
     spec: str = DEFAULT_SPEC,
     overrides: list[str] | None = None,
     out: Path,
+    repeat: int = 1,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Run `spec` on commit `against` (old) and on this checkout (new); returns
-    {spec, against, old, new, ratio, same_virtual_time}. Run folders go under `out`."""
+    """Run `spec` on commit `against` (old) and on this checkout (new), `repeat` times each,
+    alternating; returns {spec, against, repeat, old, new, old_walls_s, new_walls_s, ratio,
+    same_virtual_time}, where old and new are each side's run of median wall time and the
+    ratio is theirs. Run folders go under `out` (old, new; or old.K, new.K)."""
     root = repository_root()
     overrides = list(overrides or [])
     if Path(spec).is_absolute():
@@ -94,6 +99,10 @@ def compare_sim_speed(
     if rev.returncode != 0:
         raise InputError(f"--against {against!r}: not a commit of {root}", source="<bench sim>")
     commit = rev.stdout.strip()
+    if repeat < 1:
+        raise InputError(f"--repeat {repeat}: expected at least 1", source="<bench sim>")
+    olds: list[dict[str, Any]] = []
+    news: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as scratch:
         tree = Path(scratch) / "old"
         subprocess.run(
@@ -104,21 +113,36 @@ def compare_sim_speed(
         try:
             if not (tree / spec).exists():
                 raise InputError(f"{against} has no {spec}", source=spec)
-            say(f"old side: {spec} at {commit[:10]}")
-            old = _side("old", tree, spec, overrides, out / "old")
+            # The sides alternate, so that a slow spell of a shared machine hits both.
+            for k in range(repeat):
+                suffix = "" if repeat == 1 else f".{k + 1}"
+                say(f"old side{suffix}: {spec} at {commit[:10]}")
+                olds.append(_side("old", tree, spec, overrides, out / f"old{suffix}"))
+                say(f"new side{suffix}: {spec} in {root}")
+                news.append(_side("new", root, spec, overrides, out / f"new{suffix}"))
         finally:
             subprocess.run(
                 ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
                 capture_output=True,
             )
-    say(f"new side: {spec} in {root}")
-    new = _side("new", root, spec, overrides, out / "new")
+    old, new = _median_run(olds), _median_run(news)
     return {
         "spec": spec,
         "overrides": overrides,
         "against": commit,
+        "repeat": repeat,
         "old": old,
         "new": new,
+        "old_walls_s": [run["wall_s"] for run in olds],
+        "new_walls_s": [run["wall_s"] for run in news],
         "ratio": round(old["wall_s"] / new["wall_s"], 3) if new["wall_s"] else None,
-        "same_virtual_time": old["virtual_s"] == new["virtual_s"],
+        "same_virtual_time": all(
+            run["virtual_s"] == olds[0]["virtual_s"] for run in (*olds, *news)
+        ),
     }
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median wall time (the lower middle one of an even number)."""
+    ordered = sorted(runs, key=lambda run: run["wall_s"])
+    return ordered[(len(ordered) - 1) // 2]

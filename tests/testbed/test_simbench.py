@@ -47,3 +47,22 @@ def test_an_unknown_commit_is_named(tmp_path):
 def test_a_spec_must_be_given_inside_the_repository(tmp_path):
     with pytest.raises(InputError, match="relative to the repository"):
         compare_sim_speed("HEAD", spec=str(tmp_path / "x.toml"), out=tmp_path)
+
+
+def test_repeated_sides_alternate_and_compare_their_medians(tmp_path):
+    result = compare_sim_speed("HEAD", overrides=TINY, out=tmp_path, repeat=3)
+    assert result["repeat"] == 3
+    assert len(result["old_walls_s"]) == len(result["new_walls_s"]) == 3
+    for side in ("old", "new"):
+        walls = sorted(result[f"{side}_walls_s"])
+        assert result[side]["wall_s"] == walls[1]  # the median run
+        assert all((tmp_path / f"{side}.{k}" / "summary.json").exists() for k in (1, 2, 3))
+    assert result["ratio"] == pytest.approx(
+        result["old"]["wall_s"] / result["new"]["wall_s"], rel=1e-2
+    )
+    assert result["same_virtual_time"]
+
+
+def test_repeat_must_be_positive(tmp_path):
+    with pytest.raises(InputError, match="--repeat 0"):
+        compare_sim_speed("HEAD", overrides=TINY, out=tmp_path, repeat=0)
