@@ -235,12 +235,16 @@ class Simulator:
 
         The cyclic garbage collector runs rarely meanwhile (GC_THRESHOLDS): the
         peers make almost no cyclic garbage, but its frequent scans of their
-        millions of young objects took a fifth of the run (docs/performance.md)."""
+        millions of objects took a fifth of the run (docs/performance.md). What
+        is still alive at the end is the peers' long-lived state: it is frozen
+        (gc.freeze) so that the collector, back at its usual thresholds, does
+        not scan it all again at the next allocation."""
         thresholds = gc.get_threshold()
         gc.set_threshold(*GC_THRESHOLDS)
         try:
             self._run_until(t)
         finally:
+            gc.freeze()
             gc.set_threshold(*thresholds)
 
     def _run_until(self, t: float) -> None:
