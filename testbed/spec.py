@@ -243,6 +243,10 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     name: str = "experiment"
     engine: Literal["sim", "emu"] = "sim"
     seed: int = 1
+    # How the emulator starts peer processes: forked from one parent that imported the peer
+    # ("fork": ~7 MB private memory each, node/zygote.py) or each its own `python -m node`
+    # ("exec": ~28 MB). The simulator runs no processes.
+    peers: Literal["fork", "exec"] = "fork"
     topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
     node: NodeSpec = msgspec.field(default_factory=NodeSpec)
     phases: list[PhaseSpec] = msgspec.field(default_factory=list)

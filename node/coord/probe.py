@@ -105,6 +105,9 @@ class Prober:
         self._send = send
         self._emit = emit
         self._active: dict[int, _Measurement] = {}  # request -> measurement, in request order
+        # The active ones with samples still to send, in the same order: the timers scan
+        # only these (a measurement whose Pings are all out only waits for answers).
+        self._sending: dict[int, _Measurement] = {}
         self._inflight: dict[int, tuple[_Measurement, float]] = {}  # nonce -> (for, sent at)
         self._next_send = -math.inf  # the budget: no Ping before this
         self._next_request = 0
@@ -126,9 +129,8 @@ class Prober:
         if not (isinstance(count, int) and count >= 1):
             raise ValueError(f"samples must be a positive integer, not {count!r}")
         self._next_request += 1
-        self._active[self._next_request] = _Measurement(
-            self._next_request, target, addr, count, rtts=[]
-        )
+        measurement = _Measurement(self._next_request, target, addr, count, rtts=[])
+        self._active[self._next_request] = self._sending[self._next_request] = measurement
         self.handle_timer(now)
         return self._next_request
 
@@ -170,7 +172,8 @@ class Prober:
             self._finish_if_done(measurement, now)
         if now < self._next_send:
             return  # the budget allows no Ping yet
-        for measurement in self._active.values():  # (sending changes no entry)
+        done = []
+        for measurement in self._sending.values():  # (sending changes no entry)
             if now < self._next_send:
                 break  # the budget is spent for now
             while measurement.sent < measurement.samples and now >= max(
@@ -185,18 +188,21 @@ class Prober:
                 measurement.sent += 1
                 measurement.next_at = now + self.config.interval_s
                 self._next_send = now + 1.0 / self.config.rate
+            if measurement.sent >= measurement.samples:
+                done.append(measurement.request)
+        for request in done:
+            del self._sending[request]
 
     def get_timer(self) -> float | None:
         best = math.inf
         if self._inflight:  # the oldest sample in flight times out first
             _, sent_at = next(iter(self._inflight.values()))
             best = sent_at + self.config.timeout_s
-        for m in self._active.values():
-            if m.sent < m.samples:
-                due = max(m.next_at, self._next_send)
-                best = min(best, due)
-                if due <= self._next_send:
-                    break  # nothing goes out before the budget allows
+        for m in self._sending.values():
+            due = max(m.next_at, self._next_send)
+            best = min(best, due)
+            if due <= self._next_send:
+                break  # nothing goes out before the budget allows
         return None if best == math.inf else best
 
     def _finish_if_done(self, measurement: _Measurement, now: float) -> None:
@@ -204,6 +210,7 @@ class Prober:
         if len(measurement.rtts) + measurement.lost < measurement.samples:
             return
         del self._active[measurement.request]
+        self._sending.pop(measurement.request, None)
         self._emit(
             RttMeasured(
                 now,

@@ -33,6 +33,7 @@ from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
 from testbed.engines.peers import peer_seed
+from testbed.engines.zygote import ForkedProcess, PeerZygote
 from testbed.errors import EmulationError
 from testbed.net import HostProcess, open_wan
 from testbed.runs import write_json
@@ -42,7 +43,7 @@ from testbed.topology import Topology
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["EmuEngine", "peer_argv", "private_memory_kb"]
+__all__ = ["EmuEngine", "peer_args", "peer_argv", "private_memory_kb"]
 
 START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
 
@@ -60,8 +61,25 @@ def peer_argv(
 ) -> list[str]:
     """The command line of one peer process (`python -m node`); join=None: it
     does not join (a prober only), [] founds an overlay."""
-    argv = [
+    return [
         sys.executable, "-m", "node",
+        *peer_args(name, bind, config, point, seed, log, control, join=join),
+    ]  # fmt: skip
+
+
+def peer_args(
+    name: str,
+    bind: str,
+    config: Path,
+    point: tuple[float, ...],
+    seed: int,
+    log: Path,
+    control: str,
+    *,
+    join: list[str] | None = None,
+) -> list[str]:
+    """The arguments of `python -m node` for one peer (see peer_argv)."""
+    argv = [
         "--name", name,
         "--bind", bind,
         "--config", str(config.resolve()),
@@ -92,7 +110,8 @@ class EmuEngine:
             (run_dir / "peers").mkdir(exist_ok=True)
             self._sockets = self.wan.sockets_dir
             self._points: dict[int, tuple[float, ...]] = {}
-            self._procs: dict[int, HostProcess] = {}
+            self._procs: dict[int, HostProcess | ForkedProcess] = {}
+            self._zygote: PeerZygote | None = None  # started with the first forked peer
             self._incarnation: dict[int, int] = {}
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
@@ -132,7 +151,7 @@ class EmuEngine:
     def join(self, host: int, bootstraps: list[int]) -> None:
         name = self._name(host)
         self._incarnation[host] = self._incarnation.get(host, 0) + 1
-        argv = peer_argv(
+        args = peer_args(
             name,
             f"{self.wan.hosts[host].ip}:{self.spec.node.port}",
             self._config_path,
@@ -142,7 +161,14 @@ class EmuEngine:
             self._control(host),
             join=[f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)],
         )
-        self._procs[host] = self.wan.popen(self.wan.hosts[host], argv, label="node")
+        emu_host = self.wan.hosts[host]
+        if self.spec.peers == "fork":
+            if self._zygote is None:
+                self._zygote = PeerZygote(self.wan, self.run_dir / "zygote")
+            self._procs[host] = self._zygote.spawn(emu_host, args, label="node")
+        else:
+            argv = [sys.executable, "-m", "node", *args]
+            self._procs[host] = self.wan.popen(emu_host, argv, label="node")
 
     def leave(self, host: int) -> None:
         if host in self._procs:
@@ -322,6 +348,8 @@ class EmuEngine:
                 self._stop(host)
         finally:
             self._pool.shutdown()
+            if self._zygote is not None:
+                self._zygote.close()
             self.wan.close()
 
     def _exit(self, host: int) -> None:

@@ -31,14 +31,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
-from testbed.net._netns import nsenter_argv
+from testbed.net._netns import NETNS_DIR, nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
 from testbed.net._registry import RunRecord
@@ -86,6 +86,21 @@ class EmuHost:
     def argv(self, argv: Sequence[str]) -> list[str]:
         """argv that runs `argv` inside this host's namespace."""
         return [*nsenter_argv(self.netns), *argv]
+
+    @property
+    def netns_path(self) -> Path:
+        """The namespace's file, for setns (what `nsenter --net=` opens)."""
+        return NETNS_DIR / self.netns
+
+
+class StartedProcess(Protocol):
+    """A process on a host that the WAN stops at teardown (HostProcess, or one a
+    peer zygote forked: testbed/engines/zygote.py)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def terminate(self, grace_s: float = 2.0) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +231,7 @@ class Wan:
         self.engine: EngineClient | None = None
         self._engine_proc: subprocess.Popen[bytes] | None = None
         self._shells: list[Any] = []
-        self._processes: list[HostProcess] = []
+        self._processes: list[StartedProcess] = []
         self._record = RunRecord.for_this_process(plan.run_id, run_dir, plan.netns_names)
         self._log = JsonLog(run_dir / "testbed.log")
         self._closed = False
@@ -489,6 +504,21 @@ class Wan:
         self._record.add_pid(popen.pid)
         self._log.write("process.start", host=host.name, pid=popen.pid, argv=argv, label=label)
         return process
+
+    def output_paths(self, host: str | EmuHost, label: str) -> tuple[Path, Path]:
+        """Fresh stdout and stderr files for a process labelled `label` on `host`
+        (<run>/hosts/<host>/<label>[.K].out, .err)."""
+        self._check_open()
+        return self._log_paths(self.host(host), label)
+
+    def adopt(self, process: StartedProcess, host: str | EmuHost | None, *, label: str) -> None:
+        """Take charge of a process started on `host` (None: in the root namespace) by
+        other means than popen: it is stopped at teardown and recorded for `testbed clean`."""
+        self._check_open()
+        name = "root" if host is None else self.host(host).name
+        self._processes.append(process)
+        self._record.add_pid(process.pid)
+        self._log.write("process.start", host=name, pid=process.pid, label=label, adopted=True)
 
     def exec(
         self,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -12,6 +13,14 @@ from testbed.net import netns_of_run
 from testbed.spec import load_spec
 
 from .conftest import SPEC
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_churn_on_real_processes_leaves_no_violation(tmp_path):
@@ -47,11 +56,13 @@ def test_churn_on_real_processes_leaves_no_violation(tmp_path):
     assert not netns_of_run()
 
 
-def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path):
+@pytest.mark.parametrize("peers", ["fork", "exec"])
+def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path, peers):
     spec, data = load_spec(
         None,
         [
-            "phases=[{action='join',count=4,over_s=1,settle_s=3},{action='crash',count=1,settle_s=1}]"
+            "phases=[{action='join',count=4,over_s=1,settle_s=3},{action='crash',count=1,settle_s=1}]",
+            f"peers='{peers}'",
         ],
         defaults=SPEC,
     )
@@ -67,3 +78,12 @@ def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path):
     assert summary["status"] == "interrupted"
     assert len(summary["invariants"]["checked_at"]) == 1
     assert not netns_of_run()
+    # The peers ran as asked: forked by the zygote, or each started by itself.
+    text = (tmp_path / "run" / "wan" / "testbed.log").read_text()
+    log = [json.loads(line) for line in text.splitlines()]
+    starts = [r for r in log if r["kind"] == "process.start"]
+    nodes = [r for r in starts if r.get("label") == "node"]
+    assert len(nodes) == 4
+    assert all(bool(r.get("adopted")) == (peers == "fork") for r in nodes)
+    assert any(r.get("label") == "zygote" for r in starts) == (peers == "fork")
+    assert not any(pid_alive(r["pid"]) for r in starts)
