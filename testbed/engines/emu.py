@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["EmuEngine", "peer_args", "peer_argv", "private_memory_kb"]
 
 START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def peer_argv(
@@ -112,6 +113,8 @@ class EmuEngine:
             self._points: dict[int, tuple[float, ...]] = {}
             self._procs: dict[int, HostProcess | ForkedProcess] = {}
             self._zygote: PeerZygote | None = None  # started with the first forked peer
+            self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU s, when), resources
+            self._engine_cpu = (0.0, time.monotonic())  # the delay engine's, likewise
             self._incarnation: dict[int, int] = {}
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
             self._frozen: set[int] = set()  # SIGSTOPped: asked nothing until thawed
@@ -314,6 +317,41 @@ class EmuEngine:
             time.sleep(min(left, 0.5))
             self._reap()
 
+    def resources(self) -> dict[str, Any]:
+        """What the peers and the delay engine use, for each check: the peers' CPU (% of
+        one core since the last check, or since they started) and private memory, p50
+        and max; the delay engine's CPU and resident memory."""
+        now = time.monotonic()
+        cpu: list[float] = []
+        memory: list[int] = []
+        seen: dict[int, tuple[float, float]] = {}
+        for proc in list(self._procs.values()):
+            used = cpu_seconds(proc.pid)
+            private = private_memory_kb(proc.pid)
+            if used is None or private is None:
+                continue  # it has just ended
+            before, since = self._cpu_seen.get(proc.pid, (0.0, proc.started))
+            if now > since:
+                cpu.append(100.0 * (used - before) / (now - since))
+            memory.append(private)
+            seen[proc.pid] = (used, now)
+        self._cpu_seen = seen
+        out: dict[str, Any] = {
+            "peers": len(memory),
+            "peer_cpu_pct": _p50_max(cpu),
+            "peer_private_memory_kb": _p50_max(memory),
+        }
+        pid = self.wan.engine_pid
+        used = None if pid is None else cpu_seconds(pid)
+        if pid is not None and used is not None:
+            before, since = self._engine_cpu
+            out["delay_engine"] = {
+                "cpu_pct": round(100.0 * (used - before) / max(now - since, 1e-9), 1),
+                "resident_kb": resident_kb(pid),
+            }
+            self._engine_cpu = (used, now)
+        return out
+
     def members(self) -> list[int]:
         statuses = self._ask_all("status")
         return sorted(
@@ -445,6 +483,28 @@ class EmuEngine:
         }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used so far."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def resident_kb(pid: int) -> int | None:
+    """Resident memory of a process (VmRSS)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return None
+
+
 def private_memory_kb(pid: int) -> int | None:
     """Private (unshared) memory of a process: what another copy of it would add."""
     try:
@@ -453,3 +513,13 @@ def private_memory_kb(pid: int) -> int | None:
         return None
     fields = dict(line.split(":", 1) for line in text.splitlines()[1:] if ":" in line)
     return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)
+
+
+def _p50_max(values: list[float] | list[int]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "p50": round(float(ordered[(len(ordered) - 1) // 2]), 1),
+        "max": round(float(ordered[-1]), 1),
+    }

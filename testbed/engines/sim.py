@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,11 @@ class SimEngine:
     def dumps(self) -> list[dict[str, Any]]:
         return self.sim.dump_all()
 
+    def resources(self) -> None:
+        """Nothing per check: the simulator's peers share this process (its peak
+        resident memory is in the summary, sim.max_rss_kb)."""
+        return
+
     def close(self) -> None:
         self._log.close()
 
@@ -171,6 +177,8 @@ class SimEngine:
         return {
             "sim": {
                 "virtual_s": round(self.sim.now, 3),
+                # This process's peak resident memory (it holds every peer), a machine figure.
+                "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 "events": handled,  # the simulator's steps (timers, deliveries, actions)
                 "datagrams": stats["sent"],
                 "delivered": stats["delivered"],

@@ -326,6 +326,9 @@ class _OverlayRun:
             self.last_clusters.clear()
             self.last_clusters.update(self.offers.quality(dumps, rtt_ms, names))
         result = {"phase": label, "t": round(engine.now, 3), **(extra or {}), **report.to_dict()}
+        resources = engine.resources()
+        if resources is not None:
+            result["resources"] = resources
         if self.executor is not None and report.violations:
             # What happened since the last clean check to the peers involved (and the network).
             result["events"] = self.executor.involved(

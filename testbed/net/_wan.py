@@ -385,6 +385,11 @@ class Wan:
     # -- hosts and processes -------------------------------------------------------------------------
 
     @property
+    def engine_pid(self) -> int | None:
+        """The delay engine's process (None before bring-up started it)."""
+        return None if self._engine_proc is None else self._engine_proc.pid
+
+    @property
     def sockets_dir(self) -> Path:
         """A folder for this run's Unix sockets (peers' control APIs); removed at teardown."""
         folder = self._record.sockets_dir
