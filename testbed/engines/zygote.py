@@ -58,8 +58,11 @@ class PeerZygote:
             )
         wan.adopt(_Zygote(self._proc), None, label="zygote")
         assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], READY_TIMEOUT_S)
-        line = self._proc.stdout.readline() if ready else b""
+        line = (
+            self._proc.stdout.readline()
+            if _readable(self._proc.stdout.fileno(), READY_TIMEOUT_S)
+            else b""
+        )
         self._proc.stdout.close()  # it says nothing more
         if line.strip() != b"ready":
             self._proc.kill()
@@ -151,8 +154,7 @@ class ForkedProcess:
     def _ended(self, timeout_s: float | None) -> bool:
         if self._pidfd is None:
             return True
-        ready, _, _ = select.select([self._pidfd], [], [], timeout_s)
-        return bool(ready)
+        return _readable(self._pidfd, timeout_s)
 
     def _collect(self) -> int:
         if self._code is None:
@@ -184,6 +186,14 @@ class ForkedProcess:
                     os.killpg(self._pid, signal.SIGKILL)
                 self.wait()
         return self._code
+
+
+def _readable(fd: int, timeout_s: float | None) -> bool:
+    """Whether `fd` becomes readable within timeout_s (None: wait for it). poll, not select:
+    a run of a thousand hosts holds descriptors above select's limit of 1,024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout_s is None else max(timeout_s, 0.0) * 1e3))
 
 
 class _Zygote:
