@@ -43,29 +43,14 @@ from testbed.topology import Topology
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["EmuEngine", "peer_args", "peer_argv", "private_memory_kb"]
+__all__ = ["NODE_COMMAND", "EmuEngine", "peer_args", "private_memory_kb"]
 
 START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def peer_argv(
-    name: str,
-    bind: str,
-    config: Path,
-    point: tuple[float, ...],
-    seed: int,
-    log: Path,
-    control: str,
-    *,
-    join: list[str] | None = None,
-) -> list[str]:
-    """The command line of one peer process (`python -m node`); join=None: it
-    does not join (a prober only), [] founds an overlay."""
-    return [
-        sys.executable, "-m", "node",
-        *peer_args(name, bind, config, point, seed, log, control, join=join),
-    ]  # fmt: skip
+# The command that runs one peer as its own process (see peer_args; peers = "exec").
+NODE_COMMAND = (sys.executable, "-m", "node")
 
 
 def peer_args(
@@ -79,7 +64,8 @@ def peer_args(
     *,
     join: list[str] | None = None,
 ) -> list[str]:
-    """The arguments of `python -m node` for one peer (see peer_argv)."""
+    """The arguments of `python -m node` for one peer; join=None: it does not join (a
+    prober only), [] founds an overlay."""
     argv = [
         "--name", name,
         "--bind", bind,
@@ -170,7 +156,7 @@ class EmuEngine:
                 self._zygote = PeerZygote(self.wan, self.run_dir / "zygote")
             self._procs[host] = self._zygote.spawn(emu_host, args, label="node")
         else:
-            argv = [sys.executable, "-m", "node", *args]
+            argv = [*NODE_COMMAND, *args]
             self._procs[host] = self.wan.popen(emu_host, argv, label="node")
 
     def leave(self, host: int) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
-from testbed.engines.emu import START_TIMEOUT_S, peer_argv
+from testbed.engines.emu import NODE_COMMAND, START_TIMEOUT_S, peer_args
 from testbed.engines.peers import build_node_config, draw_point, peer_seed
 from testbed.errors import EmulationError
 from testbed.net import HostProcess, Wan, open_wan
@@ -143,15 +143,18 @@ def _start_probers(
     procs = [
         wan.popen(
             host,
-            peer_argv(
-                host.name,
-                f"{host.ip}:{node.port}",
-                config_path,
-                draw_point(node, rng),
-                peer_seed(seed, k, 1),
-                run_dir / "peers" / f"{host.name}.jsonl",
-                controls[k],
-            ),
+            [
+                *NODE_COMMAND,
+                *peer_args(
+                    host.name,
+                    f"{host.ip}:{node.port}",
+                    config_path,
+                    draw_point(node, rng),
+                    peer_seed(seed, k, 1),
+                    run_dir / "peers" / f"{host.name}.jsonl",
+                    controls[k],
+                ),
+            ],
             label="node",
         )
         for k, host in enumerate(wan.hosts)
