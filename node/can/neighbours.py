@@ -290,12 +290,15 @@ class NeighbourTable:
             seen = None  # what its summaries meant may have changed
         if seen is None:
             self.prune_path(me.path, now)  # else: done with these paths already
-        same = seen is not None and (seen.update is update or seen.update == update)
-        if same and seen.repeat(known, tombstones, now):  # type: ignore[union-attr]
-            if seen.infos:  # type: ignore[union-attr]
-                self.their_neighbors[sender] = seen.infos  # type: ignore[union-attr]
-            return learned
-        before = seen.summaries if seen is not None else {}
+        before: dict[int, _Summary] = {}
+        same = False
+        if seen is not None:
+            same = seen.update is update or seen.update == update
+            if same and seen.repeat(known, tombstones, now):
+                if seen.infos:
+                    self.their_neighbors[sender] = seen.infos
+                return learned
+            before = seen.summaries
         taken: dict[int, _Summary] = {}
         summaries = []
         for packed in update.neighbors:

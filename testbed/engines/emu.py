@@ -305,8 +305,8 @@ class EmuEngine:
 
     def resources(self) -> dict[str, Any]:
         """What the peers and the delay engine use, for each check: the peers' CPU (% of
-        one core since the last check, or since they started) and private memory, p50
-        and max; the delay engine's CPU and resident memory."""
+        one core since the last check, or since they started) and private memory, p50,
+        p99 and max; the delay engine's CPU and resident memory."""
         now = time.monotonic()
         cpu: list[float] = []
         memory: list[int] = []
@@ -324,8 +324,8 @@ class EmuEngine:
         self._cpu_seen = seen
         out: dict[str, Any] = {
             "peers": len(memory),
-            "peer_cpu_pct": _p50_max(cpu),
-            "peer_private_memory_kb": _p50_max(memory),
+            "peer_cpu_pct": quantiles(cpu, digits=2),
+            "peer_private_memory_kb": quantiles(memory, digits=0),
         }
         pid = self.wan.engine_pid
         used = None if pid is None else cpu_seconds(pid)
@@ -499,13 +499,3 @@ def private_memory_kb(pid: int) -> int | None:
         return None
     fields = dict(line.split(":", 1) for line in text.splitlines()[1:] if ":" in line)
     return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)
-
-
-def _p50_max(values: list[float] | list[int]) -> dict[str, float] | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return {
-        "p50": round(float(ordered[(len(ordered) - 1) // 2]), 1),
-        "max": round(float(ordered[-1]), 1),
-    }
