@@ -146,6 +146,9 @@ def _run_overlay(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
             f"  {label}: t={result['t']:.0f} s, {result['members']} members, "
             f"{result['violations']} violation(s) {result['by_kind'] or ''}"
         )
+        fidelity = result.get("resources", {}).get("wan_fidelity")
+        if fidelity:
+            err_console.print(f"    {_fidelity_line(fidelity)}")
         phases.add_row(
             label,
             f"{result['t']:.0f}",
@@ -173,9 +176,31 @@ def _run_overlay(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
 
         result = run_spec(spec, data, out=out, report=Report(say=progress, phase=on_phase))
     err_console.print(phases)
+    fidelity = result.summary.get("wan", {}).get("fidelity")
+    if fidelity:
+        err_console.print(f"the whole run: {_fidelity_line(fidelity)}")
     if spec.jobs is not None:
         _print_jobs(result.summary)
     return result.dir
+
+
+def _fidelity_line(fidelity: dict[str, Any]) -> str:
+    """What the emulated WAN delivered (FidelityMonitor's summary), with a warning
+    when it did not keep up."""
+    if not fidelity.get("samples"):
+        why = fidelity.get("error", "no round ended yet")
+        return f"WAN fidelity: no samples ({why})"
+    line = (
+        f"WAN fidelity: RTT error p50 {fidelity['error_p50_ms']:.3f} ms, "
+        f"p99 {fidelity['error_p99_ms']:.3f} ms, {fidelity['within_bound']:.1%} within "
+        f"{fidelity['bound']} ({fidelity['samples']} echoes, {fidelity['lost']} lost)"
+    )
+    if not fidelity["kept_up"]:
+        line += (
+            " [bold red]— the WAN did not keep up: figures measured now are the "
+            "overloaded machine's, not the protocol's[/]"
+        )
+    return line
 
 
 def _print_jobs(summary: dict[str, Any]) -> None:

@@ -12,7 +12,8 @@
 #
 # Peers' event logs go to <run>/peers/<host>.jsonl, their stdout/stderr to
 # <run>/wan/hosts/<host>/. The summary has the peers' private memory, their
-# message rate and the time from a crash to its takeover.
+# message rate, the time from a crash to its takeover and the RTT the WAN
+# delivered while they ran (wan.fidelity; every check has its own share).
 
 from __future__ import annotations
 
@@ -114,6 +115,8 @@ class EmuEngine:
             self._tails: dict[int, int] = {}  # host -> bytes of its log read for job records
             self._t0 = time.monotonic()
             self._wall0 = time.time()  # the same instant on the clock peers' records carry
+            # The RTT the WAN delivers while the peers run: per check and for the run.
+            self._fidelity = self.wan.monitor_fidelity(seed=spec.seed)
         except BaseException:
             self.wan.close()
             raise
@@ -326,6 +329,7 @@ class EmuEngine:
             "peers": len(memory),
             "peer_cpu_pct": quantiles(cpu, digits=2),
             "peer_private_memory_kb": quantiles(memory, digits=0),
+            "wan_fidelity": self._fidelity.take(),
         }
         pid = self.wan.engine_pid
         used = None if pid is None else cpu_seconds(pid)
@@ -351,8 +355,10 @@ class EmuEngine:
     def finish(self) -> dict[str, Any]:
         memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
         stats = [a["stats"] for a in self._ask_all("stats").values() if a]
+        fidelity = self._fidelity.close()
         self.close()
         return {
+            "wan": {"fidelity": fidelity},
             "emu": {
                 "peers_at_end": len(stats),
                 "peer_private_memory_kb": quantiles(memory),
@@ -364,6 +370,7 @@ class EmuEngine:
 
     def close(self) -> None:
         """Stop every peer (asked to exit, then signalled) and tear the WAN down. Idempotent."""
+        self._fidelity.close()
         for host in list(self._frozen):
             self.thaw(host)  # so that it can exit
         try:

@@ -18,10 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "BOUND_ABS_MS",
+    "BOUND_REL",
     "Calibration",
     "EmuHost",
     "EngineClient",
     "ExecResult",
+    "FidelityMonitor",
     "HostProcess",
     "IcmpProber",
     "NetworkPlan",
@@ -34,11 +37,16 @@ __all__ = [
     "new_run_id",
     "open_wan",
     "plan_network",
+    "rtt_errors",
 ]
 
 if TYPE_CHECKING:
     from testbed.net._clean import clean as clean
     from testbed.net._clean import netns_of_run as netns_of_run
+    from testbed.net._fidelity import BOUND_ABS_MS as BOUND_ABS_MS
+    from testbed.net._fidelity import BOUND_REL as BOUND_REL
+    from testbed.net._fidelity import FidelityMonitor as FidelityMonitor
+    from testbed.net._fidelity import rtt_errors as rtt_errors
     from testbed.net._netns import entered_netns as entered_netns
     from testbed.net._netns import list_netns as list_netns
     from testbed.net._plan import NetworkPlan as NetworkPlan
@@ -66,6 +74,10 @@ _LAZY = {
     "Wan": "testbed.net._wan",
     "open_wan": "testbed.net._wan",
     "clean": "testbed.net._clean",
+    "BOUND_ABS_MS": "testbed.net._fidelity",
+    "BOUND_REL": "testbed.net._fidelity",
+    "FidelityMonitor": "testbed.net._fidelity",
+    "rtt_errors": "testbed.net._fidelity",
     "NetworkPlan": "testbed.net._plan",
     "new_run_id": "testbed.net._plan",
     "plan_network": "testbed.net._plan",

@@ -38,6 +38,7 @@ import numpy as np
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
+from testbed.net._fidelity import FidelityMonitor
 from testbed.net._netns import NETNS_DIR, nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
@@ -272,11 +273,8 @@ class Wan:
             from testbed.net._mininet import build_mininet
 
             if progress:
-                progress.phase("shells")
-            self.net, self._shells = build_mininet(self.plan)
-            for shell in self._shells:
-                self._record.pids.append(shell.pid)
-            self._record.save()
+                progress.phase("mininet")
+            self.net, self._shells = build_mininet(self.plan, on_start=self._shell_started)
             self._log.write("bringup.shells", elapsed_s=round(time.monotonic() - t0, 3))
         if calibrate and len(self.hosts) >= 2:
             if progress:
@@ -290,6 +288,11 @@ class Wan:
         self.up_s = time.monotonic() - t0
         self._log.write("bringup.done", up_s=round(self.up_s, 3), clamped=self.clamped)
         self._write_description()
+
+    def _shell_started(self, pid: int) -> None:
+        """A Mininet shell started (on first use): `testbed clean` must know it."""
+        self._record.pids.append(pid)
+        self._record.save()
 
     def _start_engine(self, *, realtime: bool, seed: int) -> None:
         engine_dir = self.run_dir / "engine"
@@ -705,6 +708,21 @@ class Wan:
         """Per ordered pair (n x n arrays): forwarded packets and bytes, dropped packets."""
         raw = self._engine().counters(reset=reset)
         return {key: np.asarray(value, dtype=np.int64) for key, value in raw.items()}
+
+    def monitor_fidelity(self, **options: Any) -> FidelityMonitor:
+        """Start sampling the RTT this WAN delivers, in the background (FidelityMonitor's
+        options: interval_s, pairs, samples, rate_per_s, seed); rounds go to
+        fidelity.jsonl in the run folder. Close the monitor before the WAN."""
+        self._check_open()
+        monitor = FidelityMonitor(
+            [h.netns for h in self.hosts],
+            [h.ip for h in self.hosts],
+            self._record.control_path,
+            self.run_dir / "fidelity.jsonl",
+            **options,
+        )
+        monitor.start()
+        return monitor
 
     def configured_one_way_ms(self) -> np.ndarray:
         """The one-way delays the engine applies now (n x n, ms), after any change or clamp."""

@@ -16,12 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from testbed.net import EmuHost, IcmpProber, Wan, open_wan
+from testbed.net import BOUND_ABS_MS, BOUND_REL, EmuHost, IcmpProber, Wan, open_wan, rtt_errors
 
 __all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
-
-BOUND_ABS_MS = 0.5
-BOUND_REL = 0.02
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -106,26 +103,11 @@ def _rtt_errors(rtts_s: list[list[float]], configured: np.ndarray) -> dict[str, 
     for k, rtts in enumerate(rtts_s):
         measured_ms.extend(r * 1e3 for r in rtts)
         expected_ms.extend([configured[k]] * len(rtts))
-    measured = np.asarray(measured_ms)
-    expected = np.asarray(expected_ms)
-    signed = measured - expected
-    error = np.abs(signed)
-    bound = np.maximum(BOUND_ABS_MS, BOUND_REL * expected)
-    relative = error / np.maximum(expected, 1e-9)
     per_pair = [
         float(np.median(np.asarray(r) * 1e3) - configured[k]) for k, r in enumerate(rtts_s) if r
     ]
     return {
-        "rtt_error_ms": {
-            "p50": _q(error, 50),
-            "p99": _q(error, 99),
-            "max": _q(error, 100),
-            "mean_signed": round(float(signed.mean()), 4) if signed.size else None,
-        },
-        "rtt_rel_error": {"p50": _q(relative, 50), "p99": _q(relative, 99)},
-        "bound": f"max({BOUND_ABS_MS} ms, {BOUND_REL:.0%} of RTT)",
-        "bound_ratio_p99": _q(error / bound, 99),
-        "within_bound": round(float((error <= bound).mean()), 5) if error.size else None,
+        **rtt_errors(np.asarray(measured_ms), np.asarray(expected_ms)),
         "pair_median_error_ms": {
             "p50": _q(np.abs(per_pair), 50),
             "p99": _q(np.abs(per_pair), 99),

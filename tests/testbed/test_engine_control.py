@@ -98,6 +98,9 @@ def test_accepted_requests_change_the_model_and_are_logged(engine, tmp_path):
             "jitter",
         ),
         ({"op": "load_matrix", "path": "/nonexistent/m.f64"}, "cannot read", "path"),
+        ({"op": "one_way"}, "missing argument", "pairs"),
+        ({"op": "one_way", "pairs": [[0, 1, 2]]}, r"list of \[src, dst\] pairs", "pairs"),
+        ({"op": "one_way", "pairs": [[0, 4]]}, "no host with index 4", "pairs"),
         (
             {"op": "set_calibration", "path_offset_s": -1, "floor_one_way_s": 0},
             "not within 0..0.1 s",
@@ -156,3 +159,9 @@ def test_stats_and_counters_shapes(engine):
     assert set(counters) == {"packets", "bytes", "dropped"}
     assert len(counters["packets"]) == 4 and len(counters["packets"][0]) == 4
     assert call(engine, op="shutdown")["ok"] and engine._stopping
+
+
+def test_one_way_answers_the_listed_pairs_only(engine):
+    assert call(engine, op="set_delay", one_way_s=0.025, src=[2], dst=[0])["ok"]
+    answer = call(engine, op="one_way", pairs=[[2, 0], [0, 2], [1, 3]])
+    assert answer == {"ok": True, "result": {"one_way_s": [0.025, 0.010, 0.010]}}

@@ -157,6 +157,10 @@ class EngineClient:
     def describe(self) -> dict[str, Any]:
         return self.call("describe")
 
+    def one_way(self, pairs: list[tuple[int, int]]) -> list[float]:
+        """The configured one-way delays (s) of these (src, dst) host indices."""
+        return list(self.call("one_way", pairs=[[a, b] for a, b in pairs])["one_way_s"])
+
     def set_calibration(self, *, path_offset_s: float, floor_one_way_s: float) -> dict[str, Any]:
         return self.call(
             "set_calibration", path_offset_s=path_offset_s, floor_one_way_s=floor_one_way_s

@@ -323,10 +323,10 @@ class DelayEngine:
                 raise ControlError(op, f"unknown operation; known: {', '.join(sorted(self._ops))}")
             result = handler(request)
         except ControlError as exc:
-            if exc.op not in ("stats", "counters", "ping", "describe"):
+            if exc.op not in ("stats", "counters", "ping", "describe", "one_way"):
                 self.log("control", op=op, ok=False, error=str(exc))
             return {"ok": False, "error": str(exc), "op": exc.op, "field": exc.field}
-        if op not in ("stats", "counters", "ping", "describe"):
+        if op not in ("stats", "counters", "ping", "describe", "one_way"):
             self.log(
                 "control",
                 op=op,
@@ -444,6 +444,18 @@ class DelayEngine:
     def _op_describe(self, args: dict[str, Any]) -> dict[str, Any]:
         self._args("describe", args)
         return {**self.model.describe(), "one_way_s": self.model.delay_matrix_s()}
+
+    def _op_one_way(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The configured one-way delays (s) of the listed [src, dst] pairs: what a
+        fidelity sample compares with, without the whole matrix."""
+        (pairs,) = self._args("one_way", args, pairs=(list, ...))
+        if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise ControlError("one_way", "expected a list of [src, dst] pairs", field="pairs")
+        flat = self._hosts_arg("one_way", "pairs", [h for p in pairs for h in p]) or []
+        model = self.model
+        return {
+            "one_way_s": [model.one_way_s(flat[k], flat[k + 1]) for k in range(0, len(flat), 2)]
+        }
 
     def _op_set_delay(self, args: dict[str, Any]) -> dict[str, Any]:
         one_way_s, src, dst, clamp = self._args(

@@ -41,6 +41,17 @@ def test_churn_on_real_processes_leaves_no_violation(tmp_path):
         assert 0 < used["peer_private_memory_kb"]["p50"] <= used["peer_private_memory_kb"]["max"]
         assert 0 <= used["peer_cpu_pct"]["p50"] <= used["peer_cpu_pct"]["max"] < 200
         assert used["delay_engine"]["cpu_pct"] >= 0 and used["delay_engine"]["resident_kb"] > 0
+        assert {"samples", "lost", "rounds", "error_p99_ms", "within_bound"} <= set(
+            used["wan_fidelity"]
+        )
+    # The RTT the WAN delivered while the peers ran, sampled in the background: every
+    # echo answered (hosts' kernels answer whatever their peers do), each check's share
+    # part of the whole.
+    fidelity = summary["wan"]["fidelity"]
+    assert fidelity["samples"] > 0 and fidelity["lost"] == 0, fidelity
+    assert fidelity["rounds"] >= sum(c["resources"]["wan_fidelity"]["rounds"] for c in checks)
+    assert 0 <= fidelity["error_p50_ms"] <= fidelity["error_p99_ms"]
+    assert (run_dir / "wan" / "fidelity.jsonl").stat().st_size > 0
     assert summary["emu"]["wan"]["leftovers"] == {
         "netns": 0,
         "links": 0,

@@ -180,6 +180,22 @@ def test_up_opens_the_mininet_cli(three, tmp_path):
     assert our_netns() == []
 
 
+def test_mininet_shells_start_on_first_use_and_are_recorded(three, tmp_path):
+    with open_wan(three, run_dir=tmp_path / "run") as wan:
+        shells = {node.name: node for node in wan.net.hosts}
+        assert sorted(shells) == ["h1", "h2", "h3"]
+        assert all(node.shell is None for node in shells.values())  # none at bring-up
+        assert "inet 10.0.0.2/32" in shells["h2"].cmd("ip -o -4 addr show dev eth0")
+        assert [n for n, node in shells.items() if node.shell is not None] == ["h2"]
+        pid = shells["h2"].pid
+        netns = wan.host("h2").netns_path
+        assert Path(f"/proc/{pid}/ns/net").stat().st_ino == netns.stat().st_ino
+        record = next(r for r in list_runs() if r.run_id == wan.plan.run_id)
+        assert pid in record.pids  # so that `testbed clean` stops it after a crash
+        assert "not started" in repr(shells["h1"]) and shells["h1"].shell is None
+    assert not alive(pid)
+
+
 def test_cli_reports_bad_input_with_exit_code_2(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1\n")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -203,3 +204,40 @@ def test_bad_commands_are_refused_before_anything_starts(wan):
     with pytest.raises(ControlError, match="unknown host 'h9'"):
         wan.exec("true", hosts=["h1", "h9"])
     assert len(wan._processes) == started
+
+
+def test_fidelity_monitor_samples_in_the_background_and_counts_lost_echoes_apart(wan):
+    monitor = wan.monitor_fidelity(interval_s=0.2, pairs=10, samples=2, rate_per_s=500.0, seed=1)
+    try:
+        first = monitor.take()
+        deadline = time.monotonic() + 10.0
+        while not first["samples"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            first = monitor.take()
+        wan.partition(["h1"], ["h2", "h3", "h4", "h5"])
+        try:
+            cut = monitor.take()
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:  # two rounds: the second began cut off
+                time.sleep(0.2)
+                more = monitor.take()
+                cut = {k: cut[k] + more[k] for k in ("rounds", "samples", "lost")}
+                if cut["rounds"] >= 2:
+                    break
+        finally:
+            wan.heal()
+    finally:
+        whole = monitor.close()
+    # All 10 pairs x 2 echoes per round; the configured RTT is the pair's, both ways.
+    assert first["samples"] > 0 and first["samples"] % 2 == 0
+    assert first["error_p50_ms"] <= bound_ms(
+        min(pair_rtt(i, j) for i in range(5) for j in range(i))
+    )
+    # With h1 cut off, its 4 pairs' echoes are lost, not errors.
+    assert cut["rounds"] >= 2 and cut["lost"] >= 4 * 2 and cut["samples"] > 0
+    assert whole["samples"] >= first["samples"] + cut["samples"]
+    assert whole["rounds"] >= first["rounds"] + cut["rounds"]
+    assert 0.0 <= whole["within_bound"] <= 1.0 and "engine_lateness_us" in whole
+    assert "error" not in whole
+    rounds = (wan.run_dir / "fidelity.jsonl").read_text().splitlines()
+    assert len(rounds) == whole["rounds"] and '"fidelity.round"' in rounds[0]
