@@ -38,7 +38,7 @@ class SimEngine:
             int, tuple[float, Any]
         ] = {}  # host -> (time, overlay) of its last crash, for post-mortems
         self.sim = Simulator(
-            LinkModel((topology.one_way_ms() / 1e3).tolist()),
+            LinkModel(topology.one_way_ms() / 1e3),
             seed=spec.seed,
             ips=[h.ip for h in plan.hosts],
             port=spec.node.port,

@@ -184,7 +184,7 @@ def refine_distributed(
     n = topology.n
     plan = plan_network(n, new_run_id())
     sim = Simulator(
-        LinkModel((topology.one_way_ms() / 1e3).tolist()),
+        LinkModel(topology.one_way_ms() / 1e3),
         seed=spec.seed,
         ips=[h.ip for h in plan.hosts],
     )

@@ -351,7 +351,7 @@ class Wan:
             / "engine"
             / ("matrix.f64" if initial else f"matrix-{int(time.time() * 1000)}.f64")
         )
-        write_delay_file(path, (topology.one_way_ms() / 1e3).tolist())
+        write_delay_file(path, topology.one_way_ms() / 1e3)
         self.engine.load_matrix(path, clamp=clamp)
         if initial:
             self.clamped = clamped
@@ -707,7 +707,13 @@ class Wan:
     def counters(self, *, reset: bool = False) -> dict[str, np.ndarray]:
         """Per ordered pair (n x n arrays): forwarded packets and bytes, dropped packets."""
         raw = self._engine().counters(reset=reset)
-        return {key: np.asarray(value, dtype=np.int64) for key, value in raw.items()}
+        n = len(self.hosts)
+        out = {key: np.zeros((n, n), dtype=np.int64) for key in ("packets", "bytes", "dropped")}
+        for src, dst, packets, size, dropped in raw["pairs"]:
+            out["packets"][src, dst] = packets
+            out["bytes"][src, dst] = size
+            out["dropped"][src, dst] = dropped
+        return out
 
     def monitor_fidelity(self, **options: Any) -> FidelityMonitor:
         """Start sampling the RTT this WAN delivers, in the background (FidelityMonitor's
@@ -755,10 +761,14 @@ class Wan:
             if self.engine is not None:
                 try:
                     write_json(self.run_dir / "engine" / "final-stats.json", self.engine.stats())
-                    counters = self.engine.counters()
+                    counters = self.engine.counters()  # sparse: the pairs that talked
                     write_json(
                         self.run_dir / "engine" / "counters.json",
-                        {**counters, "hosts": [h.name for h in self.hosts]},
+                        {
+                            "pairs": counters["pairs"],
+                            "columns": ["src", "dst", "packets", "bytes", "dropped"],
+                            "hosts": [h.name for h in self.hosts],
+                        },
                     )
                     self.engine.shutdown()
                 except (OSError, ControlError, ValueError) as exc:
@@ -840,7 +850,7 @@ def _write_engine_config(
     """Write the delay engine's start-up configuration (all delays zero until
     the matrix is loaded) to engine_dir; returns the config file's path."""
     zero = engine_dir / "zero.f64"
-    write_delay_file(zero, [[0.0] * n for _ in range(n)])
+    write_delay_file(zero, np.zeros((n, n)))
     config = {
         "hosts": n,
         "ip_base": plan.ip_base,

@@ -9,50 +9,45 @@
 # probabilities. Friendlier units (host names, RTT in ms) live in the Python
 # API above this (testbed.net.Wan).
 #
-# This module is shared by the engine (server) and its clients; it imports
-# nothing heavy so that the engine process stays small.
+# This module is shared by the engine (server) and its clients. Matrices are
+# numpy arrays (the engine's link model needs numpy anyway): at 5,000 hosts a
+# list of lists of floats would be 800 MB and seconds of looping.
 
 from __future__ import annotations
 
 import json
 import socket
-import struct
-from array import array
 from pathlib import Path
 from typing import Any, Self
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from testbed.errors import ControlError
 
 __all__ = ["EngineClient", "read_delay_file", "write_delay_file"]
 
-# Largest control request or answer line we accept (a 2,000-host counters
-# dump is about 40 MB of JSON; matrices travel as files, not inline).
+# Largest control request or answer line we accept (counters travel sparse,
+# only the pairs that carried traffic; matrices travel as files, not inline).
 MAX_LINE_BYTES = 64 << 20
 
 
-def write_delay_file(path: str | Path, one_way_s: list[list[float]]) -> None:
+def write_delay_file(path: str | Path, one_way_s: ArrayLike) -> None:
     """Write an n x n one-way delay matrix (seconds) as raw little-endian float64."""
-    n = len(one_way_s)
-    flat = array("d", (v for row in one_way_s for v in row))
-    if len(flat) != n * n:
-        raise ValueError(f"matrix is not square: {len(flat)} values for {n} rows")
-    if struct.pack("=d", 1.0) != struct.pack("<d", 1.0):
-        flat.byteswap()
-    Path(path).write_bytes(flat.tobytes())
+    matrix = np.asarray(one_way_s, dtype="<f8")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"matrix is not square: shape {matrix.shape}")
+    Path(path).write_bytes(matrix.tobytes())
 
 
-def read_delay_file(path: str | Path, n: int) -> list[list[float]]:
-    """Read what write_delay_file wrote; the file must hold exactly n x n values."""
+def read_delay_file(path: str | Path, n: int) -> np.ndarray:
+    """Read what write_delay_file wrote (n x n float64); the file must hold exactly n x n values."""
     data = Path(path).read_bytes()
     if len(data) != n * n * 8:
         raise ControlError(
             "load_matrix", f"{path} holds {len(data) // 8} values; expected {n} x {n}", field="path"
         )
-    flat = array("d")
-    flat.frombytes(data)
-    if struct.pack("=d", 1.0) != struct.pack("<d", 1.0):
-        flat.byteswap()
-    return [flat[i * n : (i + 1) * n].tolist() for i in range(n)]
+    return np.frombuffer(data, dtype="<f8").astype(np.float64).reshape(n, n)
 
 
 class EngineClient:

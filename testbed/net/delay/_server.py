@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from testbed.errors import ControlError
 from testbed.linkmodel import MAX_ONE_WAY_S, Jitter, LinkModel
@@ -379,32 +380,26 @@ class DelayEngine:
                 )
         return value
 
-    def _floor_violations(self, matrix: list[list[float]]) -> list[tuple[int, int, float]]:
-        # A relative tolerance: the testbed computes clamped values in ms and we compare in s.
-        floor = self.floor_one_way_s * (1 - 1e-9)
-        return [
-            (i, j, v)
-            for i, row in enumerate(matrix)
-            for j, v in enumerate(row)
-            if i != j and v < floor
-        ]
-
-    def _apply_floor(self, op: str, matrix: list[list[float]], clamp: bool) -> int:
+    def _apply_floor(self, op: str, matrix: np.ndarray, clamp: bool) -> int:
         """Raise entries below the floor if clamp, else refuse. Mutates `matrix`; returns the count raised."""
-        low = self._floor_violations(matrix)
-        if not low:
+        # A relative tolerance: the testbed computes clamped values in ms and we compare in s.
+        low = matrix < self.floor_one_way_s * (1 - 1e-9)
+        np.fill_diagonal(low, False)
+        count = int(low.sum())
+        if not count:
             return 0
         if not clamp:
-            shown = ", ".join(f"h{i + 1}->h{j + 1} {v * 1e3:.3f} ms" for i, j, v in low[:6])
-            more = f" and {len(low) - 6} more" if len(low) > 6 else ""
+            shown = ", ".join(
+                f"h{i + 1}->h{j + 1} {matrix[i, j] * 1e3:.3f} ms" for i, j in np.argwhere(low)[:6]
+            )
+            more = f" and {count - 6} more" if count > 6 else ""
             raise ControlError(
                 op,
-                f"{len(low)} one-way delay(s) below the engine's measured floor of "
+                f"{count} one-way delay(s) below the engine's measured floor of "
                 f"{self.floor_one_way_s * 1e3:.3f} ms: {shown}{more}; pass clamp=true to raise them to the floor",
             )
-        for i, j, _ in low:
-            matrix[i][j] = self.floor_one_way_s
-        return len(low)
+        matrix[low] = self.floor_one_way_s
+        return count
 
     def _op_ping(self, args: dict[str, Any]) -> dict[str, Any]:
         self._args("ping", args)
@@ -494,7 +489,7 @@ class DelayEngine:
             raise ControlError(
                 "scale", f"factor must be a positive number, not {factor!r}", field="factor"
             )
-        matrix = [[v * factor for v in row] for row in self.model.delay_matrix_s()]
+        matrix = self.model.delay_array_s() * factor
         clamped = self._apply_floor("scale", matrix, clamp)
         self.model.load(matrix)
         return {"clamped": clamped}
