@@ -269,7 +269,14 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     table = Table(title=f"bring-up of {hosts} hosts")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for key in ("up_s", "down_s", "leftovers", "floor_rtt_ms", "clamped_pairs"):
+    for key in (
+        "up_s",
+        "down_s",
+        "leftovers",
+        "floor_rtt_ms",
+        "clamped_pairs",
+        "engine_resident_kb",
+    ):
         table.add_row(key, str(result[key]))
     console.print(table)
 

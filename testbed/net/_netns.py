@@ -19,7 +19,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 __all__ = [
@@ -80,8 +80,9 @@ def _ensure_netns_dir() -> None:
 _netns_dir_ready = False
 
 
-def create_netns(name: str) -> None:
-    """Create the named network namespace /run/netns/<name>.
+def create_netns(name: str, sysctls: Mapping[str, str | int] | None = None) -> None:
+    """Create the named network namespace /run/netns/<name>, and write its `sysctls`
+    (net.* keys) while inside it (no second setns).
 
     Raises:
         FileExistsError: it already exists.
@@ -97,6 +98,8 @@ def create_netns(name: str) -> None:
     try:
         _check(_libc.unshare(CLONE_NEWNET), "unshare", name)
         try:
+            for key, value in (sysctls or {}).items():
+                write_sysctl(key, value)
             _check(
                 _libc.mount(b"/proc/thread-self/ns/net", bytes(path), b"none", MS_BIND, None),
                 "bind mount",

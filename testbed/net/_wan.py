@@ -325,6 +325,7 @@ class Wan:
         os.close(ready_w)
         self._record.add_pid(self._engine_proc.pid)
         _await_engine_ready(ready_r, self._engine_proc, engine_dir)
+        (engine_dir / "zero.f64").unlink()  # read at start; 200 MB of zeros at 5,000 hosts
         self.engine = EngineClient(control)
 
     def _load_checked(self, topology: Topology, *, clamp: bool, initial: bool = False) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.engines.emu import resident_kb
 from testbed.net import BOUND_ABS_MS, BOUND_REL, EmuHost, IcmpProber, Wan, open_wan, rtt_errors
 
 __all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
@@ -149,6 +150,7 @@ def bringup_cost(
     try:
         calibration = wan.calibration
         clamped = wan.clamped
+        engine_kb = None if wan.engine_pid is None else resident_kb(wan.engine_pid)
     finally:
         t1 = time.monotonic()
         wan.close()
@@ -162,6 +164,7 @@ def bringup_cost(
         "leftovers_detail": left,
         "floor_rtt_ms": calibration.floor_rtt_ms if calibration else None,
         "clamped_pairs": clamped,
+        "engine_resident_kb": engine_kb,
         "run_dir": str(wan.run_dir),
     }
 

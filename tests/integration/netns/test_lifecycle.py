@@ -245,6 +245,8 @@ def test_bringup_cost_leaves_nothing(tmp_path):
     result = bringup_cost("planetlab", 12, run_dir=str(tmp_path / "run"))
     assert result["hosts"] == 12 and result["leftovers"] == 0 and result["up_s"] > 0
     assert result["leftovers_detail"] == {"netns": 0, "links": 0, "rules": 0, "processes": 0}
+    assert 10_000 < result["engine_resident_kb"] < 500_000  # the delay engine's, after loading
+    assert not (tmp_path / "run" / "engine" / "zero.f64").exists()  # read at start, then removed
 
 
 def test_switching_to_another_planetlab_frame(tmp_path):
