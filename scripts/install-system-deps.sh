@@ -3,7 +3,7 @@
 # missing. Safe to run again: it does nothing when everything is present.
 #
 #   mininet      hosts, mnexec and the interactive CLI (`testbed up`)
-#   iproute2     `ip` (debugging; the testbed itself talks netlink via pyroute2)
+#   iproute2     `ip`: the emulator builds links, addresses and routes with `ip -batch`
 #   iptables     the NFQUEUE rule that hands forwarded packets to the delay engine
 #   iputils-ping `h1 ping h2` in the Mininet CLI
 #   util-linux   nsenter, to start processes inside a host's namespace

@@ -5,7 +5,7 @@
 # all of that, but start the shell inside our named namespace (via nsenter)
 # instead of letting `mnexec -n` create an anonymous one, and we describe the
 # already-configured eth0 to Mininet instead of letting it build links: links,
-# addresses and routes come from the plan (pyroute2, in _build.py).
+# addresses and routes come from the plan (ip -batch, in _build.py).
 #
 # We do not call Mininet.init(): it raises system-wide sysctls (fixLimits),
 # which a testbed that promises to leave the machine as it found it must not.
