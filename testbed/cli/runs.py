@@ -368,6 +368,9 @@ def _run_prediction(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
     # piped or logged, 80 columns would fold the numbers
     out = console if console.is_terminal else Console(file=sys.stdout, width=120)
     out.print(prediction_table(summary))
+    fidelity = summary.get("wan", {}).get("fidelity")
+    if fidelity:
+        err_console.print(f"while the peers pinged: {_fidelity_line(fidelity)}")
     return run_dir
 
 

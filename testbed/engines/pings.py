@@ -43,6 +43,7 @@ class PingTable:
     lost: np.ndarray  # (n, n) samples with no answer
     configured_ms: np.ndarray  # (n, n) RTT the WAN core applied (after any clamp)
     wall_s: float
+    fidelity: dict[str, Any]  # what the WAN delivered meanwhile (FidelityMonitor's summary)
 
     def median_error(self) -> float:
         """How far a measurement is from the matrix: over the pairs, the median of
@@ -68,6 +69,7 @@ class PingTable:
             "lost": self.lost.tolist(),
             "configured_ms": np.round(self.configured_ms, 4).tolist(),
             "wall_s": round(self.wall_s, 3),
+            "wan_fidelity": self.fidelity,
         }
 
 
@@ -105,20 +107,25 @@ def ping_all_pairs(
         configured = configured + configured.T
         started = time.monotonic()
         addresses = [[h.ip, node.port] for h in wan.hosts]
-        table, lost = _measure_all(
-            controls,
-            addresses,
-            samples=samples,
-            rate=rate,
-            concurrency=concurrency,
-            on_host=on_host,
-        )
+        # The WAN under the pings' load: their errors are the WAN's plus the peers'.
+        monitor = wan.monitor_fidelity(seed=seed)
+        try:
+            table, lost = _measure_all(
+                controls,
+                addresses,
+                samples=samples,
+                rate=rate,
+                concurrency=concurrency,
+                on_host=on_host,
+            )
+        finally:
+            fidelity = monitor.close()
         wall = time.monotonic() - started
         for k, proc in enumerate(procs):
             with contextlib.suppress(ControlError):
                 request(controls[k], "exit", timeout_s=2.0)
             proc.terminate(grace_s=3.0)
-    result = PingTable(table, lost, configured, wall)
+    result = PingTable(table, lost, configured, wall, fidelity)
     write_json(run_dir / "pings.json", result.to_json())
     silent = [(a, b) for a in range(n) for b in range(a + 1, n) if not table[a][b] + table[b][a]]
     if silent:

@@ -446,6 +446,7 @@ def _emulated(
         wall_s=round(table.wall_s, 3),
         lost=int(table.lost.sum()),
         median_measurement_error=round(table.median_error(), 4),
+        fidelity=table.fidelity,
     )
     truth = table.configured_ms
     for tech in spec.techniques:
@@ -583,6 +584,7 @@ def _emu_minus_sim(
     summary: dict[str, Any], pings: dict[str, Any], sim: dict[str, list[dict[str, Any]]]
 ) -> None:
     """An emulated run's pings, its techniques on the configured matrix, and the gap."""
+    summary["wan"] = {"fidelity": pings.pop("fidelity")}  # while the peers pinged
     summary["pings"] = pings
     summary["sim"] = {name: _pool(runs) for name, runs in sim.items() if runs}
     summary["emu_minus_sim"] = {

@@ -2,7 +2,7 @@
 # configured matrix, sampled in the background.
 #
 # Theory of operation
-#   Every `interval_s` a thread picks `pairs` random host pairs (seeded), asks
+#   At the start and every `interval_s` after, a thread picks `pairs` random host pairs (seeded), asks
 #   the delay engine for their configured one-way delays over its own control
 #   connection (not the whole matrix: at 1,000 hosts that would stall the
 #   engine), and sends `samples` kernel-timestamped ICMP echoes per pair through
@@ -187,8 +187,10 @@ class FidelityMonitor:
     def _loop(self) -> None:
         try:
             with EngineClient(self._control_path) as engine:
-                while not self._stop.wait(self.interval_s):
+                while True:  # a round at once, so that even a short run has one
                     self._round(engine)
+                    if self._stop.wait(self.interval_s):
+                        break
         except Exception as exc:  # the engine gone (teardown) or a host's namespace removed
             if not self._stop.is_set():
                 self._error = f"sampling stopped: {type(exc).__name__}: {exc}"

@@ -71,6 +71,10 @@ def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
     # every ordered pair pinged 3 times (the most any technique takes), none lost
     assert all(len(samples[a][b]) == 3 for a in range(10) for b in range(10) if a != b)
     assert summary["pings"]["lost"] == 0
+    # What the WAN delivered while every peer pinged every other: sampled, nothing lost.
+    fidelity = summary["wan"]["fidelity"]
+    assert fidelity["rounds"] >= 1 and fidelity["samples"] > 0 and fidelity["lost"] == 0
+    assert 0 <= fidelity["error_p50_ms"] <= fidelity["error_p99_ms"]
     assert summary["pings"]["median_measurement_error"] < 0.05
     for name in ("dtm", "gnp"):
         emu, sim = summary["prediction"][name], summary["sim"][name]
