@@ -108,6 +108,7 @@ class Prober:
         # The active ones with samples still to send, in the same order: the timers scan
         # only these (a measurement whose Pings are all out only waits for answers).
         self._sending: dict[int, _Measurement] = {}
+        self._sending_min: float | None = None  # min next_at over _sending; None: to compute
         self._inflight: dict[int, tuple[_Measurement, float]] = {}  # nonce -> (for, sent at)
         self._next_send = -math.inf  # the budget: no Ping before this
         self._next_request = 0
@@ -131,6 +132,7 @@ class Prober:
         self._next_request += 1
         measurement = _Measurement(self._next_request, target, addr, count, rtts=[])
         self._active[self._next_request] = self._sending[self._next_request] = measurement
+        self._sending_min = None
         self.handle_timer(now)
         return self._next_request
 
@@ -172,6 +174,7 @@ class Prober:
             self._finish_if_done(measurement, now)
         if now < self._next_send:
             return  # the budget allows no Ping yet
+        self._sending_min = None  # next_at changes below
         done = []
         for measurement in self._sending.values():  # (sending changes no entry)
             if now < self._next_send:
@@ -198,11 +201,10 @@ class Prober:
         if self._inflight:  # the oldest sample in flight times out first
             _, sent_at = next(iter(self._inflight.values()))
             best = sent_at + self.config.timeout_s
-        for m in self._sending.values():
-            due = max(m.next_at, self._next_send)
-            best = min(best, due)
-            if due <= self._next_send:
-                break  # nothing goes out before the budget allows
+        if self._sending:  # the next Ping: its measurement's interval, and the budget
+            if self._sending_min is None:  # (after every input: kept, not scanned each time)
+                self._sending_min = min(m.next_at for m in self._sending.values())
+            best = min(best, max(self._sending_min, self._next_send))
         return None if best == math.inf else best
 
     def _finish_if_done(self, measurement: _Measurement, now: float) -> None:
@@ -210,7 +212,8 @@ class Prober:
         if len(measurement.rtts) + measurement.lost < measurement.samples:
             return
         del self._active[measurement.request]
-        self._sending.pop(measurement.request, None)
+        if self._sending.pop(measurement.request, None) is not None:
+            self._sending_min = None
         self._emit(
             RttMeasured(
                 now,
