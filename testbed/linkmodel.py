@@ -91,6 +91,11 @@ class Jitter:
         return {"dist": self.dist, **{name: getattr(self, name) for name in fields}}
 
 
+def _in_range(row: np.ndarray) -> bool:
+    """Every entry a delay in 0..MAX_ONE_WAY_S s (NaN is not)."""
+    return bool(row.size == 0 or (row.min() >= 0.0 and row.max() <= MAX_ONE_WAY_S))
+
+
 class LinkModel:
     """Per-pair delay, jitter, loss, partitions and down hosts for n hosts."""
 
@@ -112,8 +117,8 @@ class LinkModel:
     def _check_matrix(
         op: str, one_way_s: Sequence[Sequence[float]] | np.ndarray, n: int | None = None
     ) -> list[array[float]]:
-        try:
-            matrix = np.array(one_way_s, dtype=float)
+        try:  # no copy of a float64 array: at 10,000 hosts each copy is 800 MB
+            matrix = np.asarray(one_way_s, dtype=float)
         except (TypeError, ValueError) as exc:  # ragged rows, or entries that are not numbers
             raise ControlError(
                 op, f"the delay matrix must be square numbers in s ({exc})", field="matrix"
@@ -125,18 +130,27 @@ class LinkModel:
             raise ControlError(
                 op, f"the matrix has {size} hosts; this network has {n}", field="matrix"
             )
-        with np.errstate(invalid="ignore"):
-            bad = ~(np.isfinite(matrix) & (matrix >= 0) & (matrix <= MAX_ONE_WAY_S))
-        if bad.any():
-            i, j = (int(k) for k in np.argwhere(bad)[0])
+        # A row at a time: whole-matrix masks would be n x n temporaries.
+        bad_row = next(
+            (k for k, row in enumerate(matrix) if not _in_range(row)),
+            None,
+        )
+        if bad_row is not None:
+            row = matrix[bad_row]
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.isfinite(row) & (row >= 0) & (row <= MAX_ONE_WAY_S))
+            i, j = bad_row, int(np.argmax(bad))
             raise ControlError(
                 op,
                 f"entry ({i}, {j}) is {float(matrix[i, j])!r} s; expected 0..{MAX_ONE_WAY_S} s",
                 field="matrix",
             )
-        np.fill_diagonal(matrix, 0.0)
-        # Rows of C doubles: 8 bytes a pair (a list of floats takes 32; 800 MB at 5,000 hosts).
-        return [array("d", row.tobytes()) for row in matrix]
+        # Rows of C doubles: 8 bytes a pair (a list of floats takes 32; 800 MB at 5,000 hosts),
+        # the diagonal zero (the caller's matrix is not changed).
+        rows = [array("d", row.tobytes()) for row in matrix]
+        for k, row in enumerate(rows):
+            row[k] = 0.0
+        return rows
 
     def _host(self, op: str, host: int, field: str = "host") -> int:
         if isinstance(host, bool) or not isinstance(host, int) or not 0 <= host < self.n:

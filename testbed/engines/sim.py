@@ -38,7 +38,7 @@ class SimEngine:
             int, tuple[float, Any]
         ] = {}  # host -> (time, overlay) of its last crash, for post-mortems
         self.sim = Simulator(
-            LinkModel(topology.one_way_ms() / 1e3),
+            LinkModel(_seconds(topology.one_way_ms())),
             seed=spec.seed,
             ips=[h.ip for h in plan.hosts],
             port=spec.node.port,
@@ -193,3 +193,9 @@ class SimEngine:
                 "values": [round(r, 3) for r in repair],
             },
         }
+
+
+def _seconds(one_way_ms: np.ndarray) -> np.ndarray:
+    """ms to s in place (the same values as `/ 1e3`, without a second n x n array)."""
+    one_way_ms /= 1e3
+    return one_way_ms
