@@ -352,6 +352,10 @@ class EmuEngine:
         answers = self._ask_all("dump")
         return [answers[h]["dump"] for h in sorted(answers) if answers[h]]
 
+    def unfinished(self) -> dict[str, Any]:
+        """An interrupted run's figures: the WAN's fidelity until now (asks no peer)."""
+        return {"wan": {"fidelity": self._fidelity.close()}}
+
     def finish(self) -> dict[str, Any]:
         memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
         stats = [a["stats"] for a in self._ask_all("stats").values() if a]

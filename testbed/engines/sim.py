@@ -164,28 +164,35 @@ class SimEngine:
     def close(self) -> None:
         self._log.close()
 
-    def finish(self) -> dict[str, Any]:
-        self._log.flush()
+    def unfinished(self) -> dict[str, Any]:
+        """How far an interrupted run got (the "sim" block of finish())."""
+        return {"sim": self._figures()}
+
+    def _figures(self) -> dict[str, Any]:
         wall = time.monotonic() - self._wall0
         stats = self.sim.stats
         handled = self.sim.steps
+        minutes = self._peer_seconds / 60 or 1.0
+        return {
+            "virtual_s": round(self.sim.now, 3),
+            # This process's peak resident memory (it holds every peer), a machine figure.
+            "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "events": handled,  # the simulator's steps (timers, deliveries, actions)
+            "datagrams": stats["sent"],
+            "delivered": stats["delivered"],
+            "dropped": {k[8:]: v for k, v in stats.items() if k.startswith("dropped.")},
+            "events_per_s": round(handled / wall, 1) if wall > 0 else None,
+            "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
+        }
+
+    def finish(self) -> dict[str, Any]:
+        self._log.flush()
         repair = [
             self._repaired_at[i] - t for i, t in self._crashed_at.items() if i in self._repaired_at
         ]
         unrepaired = sum(1 for i in self._crashed_at if i not in self._repaired_at)
-        minutes = self._peer_seconds / 60 or 1.0
         return {
-            "sim": {
-                "virtual_s": round(self.sim.now, 3),
-                # This process's peak resident memory (it holds every peer), a machine figure.
-                "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                "events": handled,  # the simulator's steps (timers, deliveries, actions)
-                "datagrams": stats["sent"],
-                "delivered": stats["delivered"],
-                "dropped": {k[8:]: v for k, v in stats.items() if k.startswith("dropped.")},
-                "events_per_s": round(handled / wall, 1) if wall > 0 else None,
-                "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
-            },
+            "sim": self._figures(),
             "repair_s": quantiles(repair)
             | {
                 "crashes": len(self._crashed_at),

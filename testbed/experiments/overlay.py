@@ -192,6 +192,11 @@ class _OverlayRun:
             engine_summary = self.engine.finish()
             status = "complete"
         finally:
+            if status != "complete":
+                try:
+                    engine_summary = self.engine.unfinished()
+                except Exception as exc:  # must not hide the error that ended the run
+                    engine_summary = {"unfinished_error": f"{type(exc).__name__}: {exc}"}
             self.run.teardown(self.engine.close)
             self.actions.close()
             self.checks_log.close()

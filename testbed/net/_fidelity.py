@@ -163,12 +163,13 @@ class FidelityMonitor:
             return self._summary(since)
 
     def close(self) -> dict[str, Any]:
-        """Stop sampling (waits for a round in progress); the summary of the whole run."""
+        """Stop sampling (waits for a round in progress); the summary of the whole run.
+        Idempotent."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self._log.close()
         with self._lock:
+            self._log.close()
             return self._summary(self._all)
 
     def _summary(self, samples: _Samples) -> dict[str, Any]:

@@ -45,6 +45,25 @@ def test_churn_leaves_no_violation_after_each_quiet_period(tmp_path):
     assert {"joined", "zone", "takeover", "crashed", "left", "command"} <= kinds
 
 
+def test_an_interrupted_run_says_how_far_the_simulator_got(tmp_path):
+    from testbed.engines.sim import SimEngine
+
+    class Failing(SimEngine):
+        def crash(self, host):
+            raise RuntimeError("boom")
+
+    spec, data = load_spec(None, [], defaults=SMALL)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_experiment(spec, data, out=tmp_path / "run", make_engine=Failing)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    checked = summary["invariants"]["checked_at"]
+    assert len(checked) == 1  # the build phase, then the first crash failed
+    sim = summary["sim"]
+    assert sim["virtual_s"] >= checked[0] and sim["events"] > 0 and sim["datagrams"] > 0
+    assert sim["max_rss_kb"] > 0 and "repair_s" not in summary
+
+
 def test_same_seed_same_event_log_byte_for_byte(tmp_path):
     short = [
         "phases=[{action='join',count=20,over_s=10,settle_s=15},{action='crash',count=3,burst=3,settle_s=15}]"
