@@ -96,7 +96,9 @@ def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path, peers
     assert summary["status"] == "interrupted"
     assert len(summary["invariants"]["checked_at"]) == 1
     # What the WAN delivered until it ended is kept (a round is taken at the start).
-    assert summary["wan"]["fidelity"]["samples"] > 0 and "error_p99_ms" in summary["wan"]["fidelity"]
+    assert (
+        summary["wan"]["fidelity"]["samples"] > 0 and "error_p99_ms" in summary["wan"]["fidelity"]
+    )
     assert not netns_of_run()
     # The peers ran as asked: forked by the zygote, or each started by itself.
     text = (tmp_path / "run" / "wan" / "testbed.log").read_text()
