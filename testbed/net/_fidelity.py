@@ -130,10 +130,10 @@ class FidelityMonitor:
         ):
             if not value > 0:
                 raise InputError(f"{name} must be > 0, got {value!r}", source="<fidelity monitor>")
-        if len(netns) < 2 or len(ips) != len(netns):
+        if len(ips) != len(netns):
             raise InputError(
-                f"sampling needs 2 or more hosts with a namespace and an address each, got "
-                f"{len(netns)} namespaces and {len(ips)} addresses",
+                f"every host needs a namespace and an address: got {len(netns)} namespaces "
+                f"and {len(ips)} addresses",
                 source="<fidelity monitor>",
             )
         self._netns = list(netns)
@@ -150,11 +150,14 @@ class FidelityMonitor:
         self._since = _Samples()
         self._lateness: dict[str, Any] | None = None  # the engine's, at the last round
         self._error: str | None = None
+        if len(netns) < 2:
+            self._error = f"nothing to sample: {len(netns)} host(s), a pair needs 2"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="wan-fidelity", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        if len(self._netns) >= 2:
+            self._thread.start()
 
     def take(self) -> dict[str, Any]:
         """The summary of the samples since the last take (or the start)."""

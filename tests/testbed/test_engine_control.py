@@ -164,3 +164,18 @@ def test_one_way_answers_the_listed_pairs_only(engine):
     assert call(engine, op="set_delay", one_way_s=0.025, src=[2], dst=[0])["ok"]
     answer = call(engine, op="one_way", pairs=[[2, 0], [0, 2], [1, 3]])
     assert answer == {"ok": True, "result": {"one_way_s": [0.025, 0.010, 0.010]}}
+
+
+def test_a_fidelity_monitor_of_one_host_says_it_has_nothing_to_sample(tmp_path):
+    from testbed.errors import InputError
+    from testbed.net import FidelityMonitor
+
+    one = FidelityMonitor(["ns1"], ["10.0.0.1"], tmp_path / "c.sock", tmp_path / "f.jsonl")
+    one.start()  # no thread, no engine connection
+    summary = one.close()
+    assert summary["samples"] == 0 and summary["rounds"] == 0 and summary["within_bound"] is None
+    assert "nothing to sample" in summary["error"]
+    with pytest.raises(InputError, match="namespace and an address"):
+        FidelityMonitor(["a", "b"], ["10.0.0.1"], tmp_path / "c.sock", tmp_path / "g.jsonl")
+    with pytest.raises(InputError, match="pairs must be > 0"):
+        FidelityMonitor(["a", "b"], ["x", "y"], tmp_path / "c.sock", tmp_path / "h.jsonl", pairs=0)
