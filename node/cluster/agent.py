@@ -375,13 +375,23 @@ class ClusterAgent:
             return False
         self.counters["measured"] += 1
         self._rtt[target] = (min(rtts_s) * 1e3 if rtts_s else math.inf, now)
-        for head in self._awaiting.pop(target, ()):
+        waiters = self._awaiting.pop(target, ())
+        for head in waiters:
             if head == self.address:
                 if self._round is not None:
                     self._round.unmeasured.discard(target)
             elif (info := self._heads.get(head)) is not None:
                 info.missing.discard(target)
-        self._client_progress(now)
+        # _client_progress for the heads this measurement concerns only: no other head
+        # became ready to be reported (every other change is followed by
+        # _client_progress), and a measurement commits no head. After every RTT, a
+        # client of many heads scanned them all.
+        ready = [h for h in waiters if h in self._heads and self._ready(self._heads[h])]
+        if len(ready) > 1:
+            order = {h: k for k, h in enumerate(self._heads)}
+            ready.sort(key=order.__getitem__)
+        for head in ready:
+            self._report(head, self._heads[head], now)
         self._head_progress(now)
         return True
 
@@ -666,18 +676,26 @@ class ClusterAgent:
         self._client_progress(now)
         return None
 
+    @staticmethod
+    def _ready(info: _Head) -> bool:
+        """Does this head wait for our report, with every member measured?"""
+        return (
+            info.state == SuitorState.ACCEPTED
+            and bool(info.roster)
+            and not info.reported
+            and not info.missing
+        )
+
+    def _report(self, head: Address, info: _Head, now: float) -> None:
+        measured = [0.0 if m == self.address else self._rtt_ms(m, now) for m in info.roster]
+        rtts = [-1 if r is None or r == math.inf else round(r * 1e3) for r in measured]
+        self._send(head, RttReport(info.epoch, tuple(rtts)))
+        info.reported = True
+
     def _client_progress(self, now: float) -> None:
         for head, info in self._heads.items():
-            if (
-                info.state == SuitorState.ACCEPTED
-                and info.roster
-                and not info.reported
-                and not info.missing
-            ):
-                measured = [0.0 if m == self.address else self._rtt_ms(m, now) for m in info.roster]
-                rtts = [-1 if r is None or r == math.inf else round(r * 1e3) for r in measured]
-                self._send(head, RttReport(info.epoch, tuple(rtts)))
-                info.reported = True
+            if self._ready(info):
+                self._report(head, info, now)
         if self.client_state == ClientState.MEASURE and all(
             h.state == SuitorState.COMMITTED for h in self._heads.values()
         ):
