@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
@@ -58,6 +59,11 @@ def ip_batch(commands: Iterable[str], netns: str | None = None) -> None:
         EmulationError: a command failed (the batch stops there); says which.
     """
     lines = list(commands)
+    if shutil.which("ip") is None:
+        raise EmulationError(
+            "iproute2's `ip` is not installed; `make demo` (scripts/install-system-deps.sh) "
+            "installs it"
+        )
     # nsenter, not `ip -n`: ip -n also unshares the mount namespace, copying every
     # mount (each namespace of the run is one): that cost grows with the run.
     argv = [*(nsenter_argv(netns) if netns else []), "ip", "-batch", "-"]
@@ -66,8 +72,10 @@ def ip_batch(commands: Iterable[str], netns: str | None = None) -> None:
     )
     if result.returncode != 0:
         where = f"namespace {netns}" if netns else "the root namespace"
-        failed = result.stderr.strip().splitlines()
-        raise EmulationError(f"ip -batch in {where}: {'; '.join(failed[-3:]) or result.returncode}")
+        said = "; ".join(result.stderr.strip().splitlines()[-3:]) or f"exit {result.returncode}"
+        failed = re.search(r"Command failed -:(\d+)", result.stderr)
+        command = f" (command: ip {lines[int(failed[1]) - 1]})" if failed else ""
+        raise EmulationError(f"ip -batch in {where}: {said}{command}")
 
 
 def build_namespaces(plan: NetworkPlan, step: Step = _noop) -> None:

@@ -274,3 +274,10 @@ def test_teardown_refuses_later_use(three, tmp_path):
     wan.close()  # idempotent
     with pytest.raises(EmulationError, match="torn down"):
         wan.set_rtt("h1", "h2", 10)
+
+
+def test_a_failing_ip_batch_names_its_command():
+    from testbed.net._build import ip_batch
+
+    with pytest.raises(EmulationError, match=r"command: ip link set nosuchdev0 up"):
+        ip_batch(["link show lo", "link set nosuchdev0 up", "link show lo"])
