@@ -85,8 +85,7 @@ class _Samples:
     def summary(self) -> dict[str, Any]:
         measured = np.asarray(self.measured)
         expected = np.asarray(self.expected)
-        out: dict[str, Any] = {"samples": int(measured.size), "lost": self.lost}
-        out["rounds"] = self.rounds
+        out = {"samples": int(measured.size), "lost": self.lost, "rounds": self.rounds}
         if not measured.size:
             return {**out, "error_p50_ms": None, "error_p99_ms": None, "within_bound": None}
         errors = rtt_errors(measured, expected)
