@@ -20,6 +20,10 @@ mark (default: ``planetlab``, 8 hosts, clamp=True). Every network is torn down
 after the test, also when it fails. Runs go under the test's ``tmp_path``;
 ``--testbed-runs DIR`` keeps them in DIR instead.
 
+When a test that used them fails, its report gets a section per network: the
+run folder, and every program on its hosts that exited with an error or was
+still running, with the tail of its output (Wan.failure_report).
+
 Namespaces need root: without it the tests are skipped with a reason, unless
 the environment sets ``TESTBED_REQUIRE_NETNS=1``, which turns that skip into a
 failure (CI sets it, so that a test suite cannot pass by skipping).
@@ -69,13 +73,30 @@ def require_netns() -> None:
     pytest.skip(problem)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that opened networks: their run folders and failed programs."""
+    outcome = yield
+    report = outcome.get_result()
+    wans = getattr(item, "_testbed_wans", None)
+    if not wans or not report.failed or report.when == "teardown":
+        return
+    for k, wan in enumerate(wans):
+        try:
+            text = wan.failure_report() or f"run folder: {wan.run_dir}"
+        except Exception as exc:  # the report must never hide the failure itself
+            text = f"run folder: {wan.run_dir} (no process report: {exc})"
+        report.sections.append((f"testbed network {k + 1}", text))
+
+
 @pytest.fixture
 def wan_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """A function that opens WANs (same arguments as open_wan); all are closed after the test."""
     require_netns()
     from testbed.net import open_wan
 
-    opened = []
+    opened: list[Any] = []
+    request.node._testbed_wans = opened  # for the failure report (pytest_runtest_makereport)
     runs_option = request.config.getoption("--testbed-runs")
 
     def factory(topology: Any = "planetlab", **kwargs: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,13 +73,14 @@ class JsonLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._stream = path.open("a", buffering=1, encoding="utf-8")
+        self._lock = threading.Lock()  # threads write whole lines (a WAN's process reaper)
 
     def write(self, kind: str, **fields: Any) -> None:
-        if self._stream.closed:
-            return
-        self._stream.write(
-            json.dumps({"t": round(time.time(), 6), "kind": kind, **fields}, default=str) + "\n"
-        )
+        line = json.dumps({"t": round(time.time(), 6), "kind": kind, **fields}, default=str)
+        with self._lock:
+            if not self._stream.closed:
+                self._stream.write(line + "\n")
 
     def close(self) -> None:
-        self._stream.close()
+        with self._lock:
+            self._stream.close()

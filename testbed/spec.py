@@ -39,6 +39,7 @@ __all__ = [
     "ExperimentSpec",
     "GnpTechnique",
     "NodeSpec",
+    "ProgramSpec",
     "NoiseSpec",
     "PhaseSpec",
     "PredictSpec",
@@ -257,6 +258,30 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     jobs: RunJobsSpec | None = None  # the peers also schedule and run a trace's jobs
 
 
+class ProgramSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """kind = "program": a user's program on every host that joins, under a churn
+    script or trace, on the emulator (docs/churn.md, "Churn for any program")."""
+
+    kind: Literal["program"]
+    command: str  # what a join starts on a host: {ip}, {peers}, {name}, ... (Wan.popen)
+    churn: ChurnSpec
+    name: str = "program"
+    engine: Literal["emu"] = "emu"  # programs run on the emulator only
+    seed: int = 1
+    topology: TopologySpec = msgspec.field(default_factory=TopologySpec)
+    # After each quiet period: a command whose exit status is the verdict; it may use
+    # {members}, {member_ips}, {t}, {run} (and on hosts their own placeholders).
+    check: str | None = None
+    check_on: Literal["root", "members"] = (
+        "root"  # once in the testbed's namespace, or on each member
+    )
+    check_timeout_s: float = 60.0
+    leave: str = "SIGTERM"  # a signal name, or a command run on the leaving host
+    leave_grace_s: float = 10.0  # then the program is killed and the leave counted abrupt
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # added to the program's environment
+    campaign: CampaignSpec | None = None  # scripts x seeds, for `testbed campaign`
+
+
 def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) -> None:
     if topology.hosts is not None and topology.hosts < 1:
         fail("topology.hosts", f"must be at least 1, not {topology.hosts}")
@@ -371,19 +396,51 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
+def _check_program(spec: ProgramSpec, source: str) -> None:
+    def fail(field: str, reason: str) -> None:
+        raise InputError(f"{field}: {reason}", source=source)
+
+    _check_topology(spec.topology, fail)
+    if not spec.command.strip():
+        fail("command", "give the command a join starts on a host")
+    churn = spec.churn
+    if (churn.script is None) == (churn.trace is None) and spec.campaign is None:
+        fail("churn", 'give exactly one of script = "x.churn" or trace = "x.trace"')
+    if not (math.isfinite(churn.settle_s) and churn.settle_s > 0):
+        fail("churn.settle_s", f"must be a positive number of seconds, not {churn.settle_s}")
+    for field in ("check_timeout_s", "leave_grace_s"):
+        value = getattr(spec, field)
+        if not (math.isfinite(value) and value > 0):
+            fail(field, f"must be a positive number of seconds, not {value}")
+    if spec.check is not None and not spec.check.strip():
+        fail("check", "an empty command; leave it out for no check")
+    if not spec.leave.strip():
+        fail("leave", "a signal name (SIGTERM) or a command")
+    if spec.campaign is not None:
+        if not spec.campaign.scripts:
+            fail("campaign.scripts", "list at least one .churn script")
+        seeds = spec.campaign.seeds
+        if not seeds or len(set(seeds)) != len(seeds):
+            fail("campaign.seeds", f"need distinct seeds, got {seeds}")
+        if churn.trace is not None:
+            fail("churn.trace", "a campaign runs its scripts; remove the trace")
+
+
 def _convert(
     data: dict[str, Any], source: str
-) -> ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec:
+) -> ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec | ProgramSpec:
     kind = data.get("kind", "can")
     types = {
         "can": (ExperimentSpec, _check),
         "predict": (PredictSpec, _check_predict),
         "cluster": (ClusterSpec, _check_cluster),
         "sched": (SchedSpec, _check_sched),
+        "program": (ProgramSpec, _check_program),
     }
     if kind not in types:
         raise InputError(
-            f"kind: expected 'can' (an overlay experiment), 'predict', 'cluster' or 'sched', not {kind!r}",
+            "kind: expected 'can' (an overlay experiment), 'predict', 'cluster', 'sched' or "
+            f"'program' (your own program under churn), not {kind!r}",
             source=source,
         )
     struct, check = types[kind]
@@ -690,7 +747,7 @@ def load_spec(
 
 def load_any_spec(
     path: str | Path | None, overrides: list[str] = (), *, defaults: dict[str, Any] | None = None
-) -> tuple[ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec, dict[str, Any]]:
+) -> tuple[ExperimentSpec | PredictSpec | ClusterSpec | SchedSpec | ProgramSpec, dict[str, Any]]:
     """Read, override and validate a spec of any kind. Returns (spec, the effective data)."""
     source = str(path) if path is not None else "<spec>"
     data: dict[str, Any] = dict(defaults or {})

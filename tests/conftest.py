@@ -16,6 +16,9 @@ import pytest
 
 from testbed.pytest_plugin import require_netns
 
+# pytester: the failure report of the `wan` fixture is tested on a test that fails.
+pytest_plugins = ["pytester"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -43,7 +43,7 @@ __all__ = ["Event", "Schedule", "Universe", "compile_churn"]
 class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     """One thing the executor does: at `t` seconds after the run's start.
 
-    verb: join, leave, crash, freeze, thaw (on `hosts`); partition (`groups`,
+    verb: join, leave, crash, freeze, thaw, restart (on `hosts`); partition (`groups`,
     the hosts not named form one more side), heal; latency (RTT `value` in
     seconds between groups[0] and groups[1], None: back to the matrix); loss
     (rate `value`, between groups[0] and groups[1], or everywhere with no
@@ -123,7 +123,7 @@ class _Model:
             return [h for h in names if h not in self.up]
         if verb == "thaw":
             return [h for h in self.up if h in self.frozen]
-        if verb == "crash":
+        if verb in ("crash", "restart"):
             return list(self.up)
         return [h for h in self.up if h not in self.frozen]  # leave, freeze
 
@@ -317,6 +317,10 @@ class _Player:
             elif verb == "freeze":
                 model.frozen[host] = self.token
             elif verb == "thaw":
+                model.frozen.pop(host, None)
+            elif verb == "restart":  # killed and started again: as if it had just joined
+                model.up.pop(host, None)
+                model.up[host] = t
                 model.frozen.pop(host, None)
         if hosts:
             self.emit(t, verb, hosts=tuple(hosts))
@@ -531,6 +535,7 @@ _START: dict[str, Callable[[_Player, float], None]] = {
     "crash": _Player.start_hosts,
     "freeze": _Player.start_hosts,
     "thaw": _Player.start_hosts,
+    "restart": _Player.start_hosts,
     "churn": _Player.start_churn,
     "partition": _Player.start_partition,
     "heal": _Player.start_heal,
@@ -564,4 +569,5 @@ def _pool_words(verb: str) -> str:
         "join": "hosts not up",
         "thaw": "frozen hosts",
         "crash": "hosts up",
+        "restart": "hosts up",
     }.get(verb, "hosts up and not frozen")

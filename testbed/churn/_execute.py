@@ -31,6 +31,7 @@ import numpy as np
 
 from testbed.analysis.stats import quantiles
 from testbed.churn._compile import Event, Schedule
+from testbed.churn._parse import HOST_VERBS
 from testbed.runs import JsonLog
 
 __all__ = ["ChurnEngine", "Executor", "Quiet"]
@@ -80,9 +81,13 @@ class Executor:
         frames: Mapping[int, np.ndarray] | None = None,
         log: JsonLog | None = None,
         on_change: Callable[[int], None] | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        departure_poll_s: float = DEPARTURE_POLL_S,
     ) -> None:
         """`on_change(host)`: after a host left, crashed, froze or thawed (a join
-        is the runner's own `join`)."""
+        is the runner's own `join`; a restart is a crash, then a join).
+        `on_record(record)`: every action as it is logged (verb, hosts, due_t,
+        applied_t, lateness_ms, line, ...)."""
         self.schedule = schedule
         self.engine = engine
         self.index = {name: k for k, name in enumerate(names)}
@@ -92,6 +97,8 @@ class Executor:
         self._frames = frames or {}
         self._log = log
         self._on_change = on_change
+        self._on_record = on_record
+        self._departure_poll_s = departure_poll_s
         self.expected: set[int] = set()  # up and not frozen: should be members
         self.frozen: set[int] = set()
         self.lateness_ms: list[float] = []
@@ -130,7 +137,7 @@ class Executor:
         since = last_event_t
         departing = set(self.engine.departing())
         while departing and self.engine.now < latest:
-            self.engine.advance(min(self.engine.now + DEPARTURE_POLL_S, latest))
+            self.engine.advance(min(self.engine.now + self._departure_poll_s, latest))
             still = set(self.engine.departing())
             if still != departing:
                 since = max(since, self.engine.now)  # one went (to within the poll)
@@ -180,13 +187,22 @@ class Executor:
         self.recent.append({"verb": event.verb, **record})
         if self._log is not None:
             self._log.write(event.verb, **record)
+        if self._on_record is not None:
+            self._on_record({"verb": event.verb, **record})
 
     def _apply(self, event: Event) -> None:
         verb = event.verb
-        if verb in ("join", "leave", "crash", "freeze", "thaw"):
+        if verb in HOST_VERBS:
             for name in event.hosts:
                 host = self.index[name]
                 if verb == "join":
+                    self._join(host)
+                    self.expected.add(host)
+                elif verb == "restart":
+                    self.engine.crash(host)
+                    self.frozen.discard(host)
+                    if self._on_change is not None:
+                        self._on_change(host)
                     self._join(host)
                     self.expected.add(host)
                 elif verb == "leave":
@@ -204,7 +220,7 @@ class Executor:
                     self.engine.thaw(host)
                     self.frozen.discard(host)
                     self.expected.add(host)
-                if verb != "join" and self._on_change is not None:
+                if verb not in ("join", "restart") and self._on_change is not None:
                     self._on_change(host)
                 self._record(event, [name])
             return

@@ -27,7 +27,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from testbed.errors import InputError
 
-__all__ = ["Count", "Group", "Selector", "Statement", "parse_churn", "read_churn"]
+__all__ = ["HOST_VERBS", "Count", "Group", "Selector", "Statement", "parse_churn", "read_churn"]
 
 GRAMMAR = r"""
 statement: when action
@@ -40,6 +40,7 @@ action: "join" selector                     -> join
       | "crash" selector                    -> crash
       | "freeze" selector                   -> freeze
       | "thaw" selector                     -> thaw
+      | "restart" selector                  -> restart
       | "churn" percent ["per" time]        -> churn
       | "partition" side ("|" side)*        -> partition
       | "heal"                              -> heal
@@ -94,6 +95,9 @@ NAME: /[A-Za-z_][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*/
 %import common.WS_INLINE
 %ignore WS_INLINE
 """
+
+# The verbs that act on hosts (their programs), not on the network.
+HOST_VERBS = ("join", "leave", "crash", "freeze", "thaw", "restart")
 
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_SECONDS = 366 * 86400.0  # a year: times beyond it are typing errors
@@ -331,7 +335,7 @@ class _ToStatement(Transformer):
 
 
 def _action_fields(verb: str, args: list[object]) -> dict[str, object]:
-    if verb in ("join", "leave", "crash", "freeze", "thaw"):
+    if verb in HOST_VERBS:
         return {"selector": args[0]}
     if verb == "churn":
         share, column = args[0]  # type: ignore[misc]

@@ -48,10 +48,15 @@ def campaign(
     """Run a spec under each of its [campaign] churn scripts x seeds; one table of
     what broke (invariant violations after each quiet period) and how fast it repaired."""
     from testbed.experiments.campaign import run_campaign
-    from testbed.spec import load_spec
+    from testbed.spec import ExperimentSpec, ProgramSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
-    spec, _ = load_spec(spec_path, extra)
+    spec, _ = load_any_spec(spec_path, extra)
+    if not isinstance(spec, ExperimentSpec | ProgramSpec):
+        raise InputError(
+            f"kind: a campaign runs an overlay ('can') or a 'program' spec, not {spec.kind!r}",
+            source=spec_path,
+        )
     if spec.campaign is None:
         raise InputError(
             "no [campaign] table (scripts = [...], seeds = [...]); `testbed run` runs one spec",
@@ -130,7 +135,28 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
-    print(_SHOWN[spec.kind](spec, data, out))
+    started = time.time()
+    try:
+        print(_SHOWN[spec.kind](spec, data, out))
+    except BaseException:
+        _report_failure(out, spec.name, started)
+        raise
+
+
+def _report_failure(out: Path | None, name: str, started: float) -> None:
+    """After a run failed: its folder and the programs on its hosts that failed or
+    still ran, with the tail of their output (nothing if it made no folder)."""
+    from testbed.net import process_report
+
+    if out is not None:
+        folder = out if out.is_dir() else None
+    else:
+        made = [p for p in Path("runs").glob(f"{name}-*") if p.stat().st_mtime >= started - 1]
+        folder = max(made, key=lambda p: p.stat().st_mtime) if made else None
+    if folder is None:
+        return
+    report = process_report(folder / "wan") or f"run folder: {folder}"
+    err_console.print(report, markup=False, highlight=False)
 
 
 def _run_overlay(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
@@ -443,10 +469,61 @@ def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path
 # -- fuzz ----------------------------------------------------------------------------------------------
 
 
+def _run_program(spec: Any, data: dict[str, Any], out: Path | None) -> Path:
+    """Run a program spec: a status line, a line per check, the figures after; on a
+    failure, the run folder and the programs that failed, with their output."""
+    from testbed.experiments import Report, run_spec
+    from testbed.net import process_report
+
+    def on_check(label: str, record: dict[str, Any]) -> None:
+        verdict = "[green]ok[/]" if record["ok"] else "[bold red]FAILED[/]"
+        err_console.print(
+            f"  {label}: {verdict}, {len(record['members'])} member(s), quiet {record['quiet_s']} s"
+        )
+        if not record["ok"]:
+            for key in ("error", "stderr", "stdout"):
+                text = str(record.get(key) or "").strip()
+                if text:
+                    err_console.print(f"    {key}: {text.splitlines()[-1][:200]}", markup=False)
+                    break
+            for failed in record.get("failed", [])[:5]:
+                err_console.print(f"    {failed['host']}: {failed['status']}", markup=False)
+
+    with (
+        err_console.status(f"running {spec.name}")
+        if err_console.is_terminal
+        else contextlib.nullcontext()
+    ) as status:
+
+        def say(line: str) -> None:
+            if status is not None:
+                status.update(f"{spec.name}: {line}")
+
+        result = run_spec(spec, data, out=out, report=Report(say=say, phase=on_check))
+    summary = result.summary
+    churn = summary.get("churn", {})
+    lateness = churn.get("lateness_ms", {})
+    err_console.print(
+        f"{churn.get('events_applied', 0)} of {churn.get('events_scheduled', 0)} actions applied, "
+        f"lateness p50 {lateness.get('p50')} ms, p99 {lateness.get('p99')} ms; "
+        f"{summary['checks']['count']} checks, {summary['checks']['failed']} failed; "
+        f"{churn.get('leaves_abrupt', 0)} abrupt leave(s); {churn.get('programs_started', 0)} "
+        "program(s) started"
+    )
+    fidelity = summary.get("wan", {}).get("fidelity")
+    if fidelity:
+        err_console.print(f"the whole run: {_fidelity_line(fidelity)}")
+    report = process_report(result.dir / "wan")
+    if summary["checks"]["failed"] and report:
+        err_console.print(report, markup=False, highlight=False)
+    return result.dir
+
+
 # How `testbed run` shows each kind of spec: progress while it runs, its table after.
 _SHOWN = {
     "can": _run_overlay,
     "predict": _run_prediction,
     "cluster": _run_clusters,
     "sched": _run_sched,
+    "program": _run_program,
 }

@@ -28,14 +28,18 @@ import msgspec
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
+from testbed.experiments.program import program_schedule, run_program
 from testbed.pool import worker_signals
 from testbed.runs import new_run_dir, strip_none, write_json
-from testbed.spec import ChurnSpec, ExperimentSpec
+from testbed.spec import ChurnSpec, ExperimentSpec, ProgramSpec
+from testbed.topology import resolve_topology
+
+Spec = ExperimentSpec | ProgramSpec
 
 __all__ = ["run_campaign"]
 
 
-def _run_specs(spec: ExperimentSpec) -> list[tuple[str, int, ExperimentSpec]]:
+def _run_specs(spec: Spec) -> list[tuple[str, int, Spec]]:
     assert spec.campaign is not None
     base = spec.churn or ChurnSpec()
     stems = [Path(script).stem for script in spec.campaign.scripts]
@@ -70,7 +74,7 @@ OnRun = Callable[[int, int, str, int, dict[str, Any] | None], None]
 
 
 def run_campaign(
-    spec: ExperimentSpec,
+    spec: Spec,
     *,
     out: str | Path | None = None,
     on_run: OnRun | None = None,
@@ -83,6 +87,9 @@ def run_campaign(
     """
     runs = _run_specs(spec)
     for _, _, run in runs:  # compile everything first: nothing half-run
+        if isinstance(run, ProgramSpec):
+            program_schedule(run, resolve_topology(run.topology, run.seed))
+            continue
         topology = select_topology(run)
         churn_schedule(run, topology, [f"h{k + 1}" for k in range(topology.n)])
     campaign = _Campaign(spec, runs, new_run_dir(spec.name, out), on_run)
@@ -104,8 +111,8 @@ class _Campaign:
 
     def __init__(
         self,
-        spec: ExperimentSpec,
-        runs: list[tuple[str, int, ExperimentSpec]],
+        spec: Spec,
+        runs: list[tuple[str, int, Spec]],
         folder: Path,
         on_run: OnRun | None,
     ) -> None:
@@ -152,7 +159,8 @@ class _Campaign:
             if self.on_run is not None:
                 self.on_run(k, len(self.runs), script, seed, None)
             run_dir = self._run_dir(script, seed)
-            run_experiment(run, strip_none(msgspec.to_builtins(run)), out=run_dir)
+            runner = run_program if isinstance(run, ProgramSpec) else run_experiment
+            runner(run, strip_none(msgspec.to_builtins(run)), out=run_dir)  # type: ignore[arg-type]
             self._finished(k, script, seed, run_dir)
 
     def run_side_by_side(self, jobs: int) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "BOUND_ABS_MS",
     "BOUND_REL",
     "Calibration",
+    "ChurnRun",
     "EmuHost",
     "EngineClient",
     "ExecResult",
@@ -37,27 +38,30 @@ __all__ = [
     "new_run_id",
     "open_wan",
     "plan_network",
+    "process_report",
     "rtt_errors",
 ]
 
 if TYPE_CHECKING:
+    from testbed.net._churn import ChurnRun as ChurnRun
     from testbed.net._clean import clean as clean
     from testbed.net._clean import netns_of_run as netns_of_run
     from testbed.net._fidelity import BOUND_ABS_MS as BOUND_ABS_MS
     from testbed.net._fidelity import BOUND_REL as BOUND_REL
     from testbed.net._fidelity import FidelityMonitor as FidelityMonitor
     from testbed.net._fidelity import rtt_errors as rtt_errors
+    from testbed.net._host import EmuHost as EmuHost
     from testbed.net._netns import entered_netns as entered_netns
     from testbed.net._netns import list_netns as list_netns
     from testbed.net._plan import NetworkPlan as NetworkPlan
     from testbed.net._plan import new_run_id as new_run_id
     from testbed.net._plan import plan_network as plan_network
     from testbed.net._probe import IcmpProber as IcmpProber
+    from testbed.net._programs import ExecResult as ExecResult
+    from testbed.net._programs import HostProcess as HostProcess
+    from testbed.net._programs import process_report as process_report
     from testbed.net._registry import list_runs as list_runs
     from testbed.net._wan import Calibration as Calibration
-    from testbed.net._wan import EmuHost as EmuHost
-    from testbed.net._wan import ExecResult as ExecResult
-    from testbed.net._wan import HostProcess as HostProcess
     from testbed.net._wan import Wan as Wan
     from testbed.net._wan import open_wan as open_wan
     from testbed.net.delay import EngineClient as EngineClient
@@ -68,9 +72,11 @@ _LAZY = {
     "list_runs": "testbed.net._registry",
     "netns_of_run": "testbed.net._clean",
     "Calibration": "testbed.net._wan",
-    "EmuHost": "testbed.net._wan",
-    "ExecResult": "testbed.net._wan",
-    "HostProcess": "testbed.net._wan",
+    "ChurnRun": "testbed.net._churn",
+    "process_report": "testbed.net._programs",
+    "EmuHost": "testbed.net._host",
+    "ExecResult": "testbed.net._programs",
+    "HostProcess": "testbed.net._programs",
     "Wan": "testbed.net._wan",
     "open_wan": "testbed.net._wan",
     "clean": "testbed.net._clean",

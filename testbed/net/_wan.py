@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -39,9 +39,11 @@ from testbed.errors import CleanupError, ControlError, EmulationError, FloorErro
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
 from testbed.net._fidelity import FidelityMonitor
-from testbed.net._netns import NETNS_DIR, nsenter_argv
+from testbed.net._host import EmuHost
+from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
+from testbed.net._programs import ExecResult, HostProcess, Programs, process_report
 from testbed.net._registry import RunRecord
 from testbed.net.delay import EngineClient, write_delay_file
 from testbed.runs import JsonLog, new_run_dir, write_json
@@ -69,31 +71,6 @@ CALIBRATION_EXTRA_ROUNDS = 10
 CALIBRATION_PAUSE_S = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class EmuHost:
-    """One emulated host."""
-
-    index: int  # 0-based: row of the matrix, position in Wan.hosts
-    name: str  # "h1"
-    ip: str
-    netns: str
-    node: str  # the topology node it emulates
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def number(self) -> int:
-        return self.index + 1
-
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        """argv that runs `argv` inside this host's namespace."""
-        return [*nsenter_argv(self.netns), *argv]
-
-    @property
-    def netns_path(self) -> Path:
-        """The namespace's file, for setns (what `nsenter --net=` opens)."""
-        return NETNS_DIR / self.netns
-
-
 class StartedProcess(Protocol):
     """A process on a host that the WAN stops at teardown (HostProcess, or one a
     peer zygote forked: testbed/engines/zygote.py)."""
@@ -115,58 +92,6 @@ class Calibration:
     path_offset_us: float  # subtracted from each hold: one-way path latency outside the engine
     samples: int
     rounds: int  # more than CALIBRATION_ROUNDS when bursts made it wait for a quiet round
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    host: EmuHost
-    returncode: int | None  # None if it was killed at the timeout
-    duration_s: float
-    stdout_path: Path
-    stderr_path: Path
-    timed_out: bool
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-
-class HostProcess:
-    """A process the testbed started on a host; its output goes to the run folder."""
-
-    def __init__(
-        self, host: EmuHost, popen: subprocess.Popen[bytes], stdout_path: Path, stderr_path: Path
-    ) -> None:
-        self.host = host
-        self.popen = popen
-        self.stdout_path = stdout_path
-        self.stderr_path = stderr_path
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def wait(self, timeout_s: float | None = None) -> int:
-        return self.popen.wait(timeout_s)
-
-    def terminate(self, grace_s: float = 2.0) -> int | None:
-        """SIGTERM its process group, then SIGKILL after grace_s. Returns the exit code."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        return self.popen.returncode
 
 
 def _quiet(rounds: Sequence[Sequence[float]]) -> bool:
@@ -232,9 +157,10 @@ class Wan:
         self.engine: EngineClient | None = None
         self._engine_proc: subprocess.Popen[bytes] | None = None
         self._shells: list[Any] = []
-        self._processes: list[StartedProcess] = []
+        self._processes: list[StartedProcess] = []  # adopted (popen's are in self.programs)
         self._record = RunRecord.for_this_process(plan.run_id, run_dir, plan.netns_names)
         self._log = JsonLog(run_dir / "testbed.log")
+        self.programs = Programs(run_dir, self._log, self._record.add_pid)
         self._closed = False
         self.teardown: dict[str, Any] = {}
         self._root_before = RootSnapshot.take()
@@ -489,30 +415,18 @@ class Wan:
     ) -> HostProcess:
         """Start `command` on `host`; stdout/stderr go to <run>/hosts/<host>/<label>.out/.err.
 
-        The process is stopped at teardown if it is still running.
+        The process is stopped at teardown if it is still running; its exit is
+        logged to testbed.log as it happens (`process.exit`, with its status).
+
+        Raises:
+            InputError: an unknown placeholder, or a program that does not exist
+                (checked before anything starts).
         """
         self._check_open()
         host = self.host(host)
         argv = self.command_argv(host, command)
         out_path, err_path = self._log_paths(host, label)
-        full_env = None if env is None else {**os.environ, **env}
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            try:
-                popen = subprocess.Popen(
-                    host.argv(argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    env=full_env,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise EmulationError(f"cannot start {argv[0]!r} on {host.name}: {exc}") from None
-        process = HostProcess(host, popen, out_path, err_path)
-        self._processes.append(process)
-        self._record.add_pid(popen.pid)
-        self._log.write("process.start", host=host.name, pid=popen.pid, argv=argv, label=label)
-        return process
+        return self.programs.start(host, argv, out_path, err_path, label=label, env=env)
 
     def output_paths(self, host: str | EmuHost, label: str) -> tuple[Path, Path]:
         """Fresh stdout and stderr files for a process labelled `label` on `host`
@@ -558,13 +472,7 @@ class Wan:
                     still.append(proc)
                     continue
                 results[proc.host.index] = result
-                self._log.write(
-                    "process.exit",
-                    host=proc.host.name,
-                    pid=proc.pid,
-                    returncode=result.returncode,
-                    timed_out=result.timed_out,
-                )
+                self.programs.reap(proc, timed_out=result.timed_out)
                 if on_done is not None:
                     on_done(result)
             pending = still
@@ -592,6 +500,56 @@ class Wan:
         from mininet.cli import CLI
 
         CLI(self.net, script=script)
+
+    # -- the programs on a host (what churn does to them) -------------------------------------------
+
+    def running(self, host: str | EmuHost) -> list[HostProcess]:
+        """The processes popen (or exec, or apply_churn) started on `host` that still run."""
+        return self.programs.running(self.host(host))
+
+    def crash(self, host: str | EmuHost) -> list[HostProcess]:
+        """Kill (SIGKILL) every program the testbed started on `host` that still runs.
+
+        Raises:
+            ControlError: nothing runs there.
+        """
+        self._check_open()
+        return self.programs.crash(self.host(host))
+
+    def freeze(self, host: str | EmuHost) -> list[HostProcess]:
+        """Stop (SIGSTOP) the programs running on `host` until thaw(); their sockets
+        keep what arrives. Raises ControlError if nothing runs there or it is frozen."""
+        self._check_open()
+        return self.programs.freeze(self.host(host))
+
+    def thaw(self, host: str | EmuHost) -> list[HostProcess]:
+        """Continue (SIGCONT) what freeze() stopped. Raises ControlError if not frozen."""
+        self._check_open()
+        return self.programs.thaw(self.host(host))
+
+    def restart(self, host: str | EmuHost) -> list[HostProcess]:
+        """Kill the programs running on `host` and start each again as it was started
+        (its output continues in <label>.2.out, ...). Returns the new processes."""
+        self._check_open()
+        chosen = self.host(host)
+        return self.programs.restart(chosen, lambda label: self._log_paths(chosen, label))
+
+    def failure_report(self) -> str:
+        """The run folder and every program that failed or still runs, with the tail
+        of its output (what the pytest plugin shows when a test fails)."""
+        return process_report(self.run_dir)
+
+    def apply_churn(self, churn: Any, **options: Any) -> Any:
+        """Apply a churn script or availability trace to a program of yours on the
+        hosts: a join starts `command` on the host, a leave sends SIGTERM, a crash
+        SIGKILL, a freeze SIGSTOP (thaw SIGCONT), a restart kills and starts it
+        again, and the network statements act on this WAN. See
+        testbed.net.ProgramChurn for the options (command, seed, settle_s, check,
+        on_event, background, ...). Returns a ChurnRun (a handle to wait on when
+        background=True)."""
+        from testbed.net._churn import apply_churn
+
+        return apply_churn(self, churn, **options)
 
     # -- runtime control -------------------------------------------------------------------------------
 
@@ -754,6 +712,7 @@ class Wan:
         t0 = time.monotonic()
         problems: list[str] = []
         with _signals_deferred():
+            problems += self.programs.stop_all(grace_s=1.0)
             for process in self._processes:
                 try:
                     process.terminate(grace_s=1.0)
@@ -829,7 +788,7 @@ def _finished(proc: HostProcess, deadline: float | None) -> ExecResult | None:
     time.monotonic()) has passed; None while it may run on."""
     code = proc.poll()
     if code is None and deadline is not None and time.monotonic() >= deadline:
-        proc.terminate(grace_s=1.0)
+        proc.terminate(grace_s=1.0, why="timeout")
         timed_out = True
     elif code is None:
         return None

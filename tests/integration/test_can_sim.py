@@ -232,7 +232,7 @@ def test_a_crowded_build_completes_within_a_minute(tmp_path):
         p.name
         for p in (Path(__file__).parents[2] / "scripts" / "experiments").glob("*.toml")
         # Their own tests validate the other kinds.
-        if not p.name.startswith(("predict-", "cluster-", "sched-"))
+        if not p.name.startswith(("predict-", "cluster-", "sched-", "gossip-"))
     ),
 )
 def test_the_bundled_specs_are_valid(name, monkeypatch):

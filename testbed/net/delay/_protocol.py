@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Self
 
@@ -55,6 +56,8 @@ class EngineClient:
 
     Every method sends one request and waits for its answer. A rejected
     request raises ControlError (with .op and .field) and changed nothing.
+    Threads may share a client (a churn schedule applied in the background
+    beside the user's own calls): one request at a time goes over the socket.
     """
 
     def __init__(self, path: str | Path, *, timeout_s: float = 10.0) -> None:
@@ -67,6 +70,7 @@ class EngineClient:
             self._sock.close()
             raise
         self._buf = b""
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self._sock.close()
@@ -79,6 +83,10 @@ class EngineClient:
 
     def call(self, op: str, **args: Any) -> Any:
         """Send {"op": op, **args}; return the result or raise ControlError."""
+        with self._lock:
+            return self._call(op, args)
+
+    def _call(self, op: str, args: dict[str, Any]) -> Any:
         self._sock.sendall(json.dumps({"op": op, **args}, separators=(",", ":")).encode() + b"\n")
         while b"\n" not in self._buf:
             chunk = self._sock.recv(1 << 20)

@@ -1,0 +1,36 @@
+# One emulated host: its name, address, namespace and the topology node it stands for.
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.net._netns import NETNS_DIR, nsenter_argv
+
+__all__ = ["EmuHost"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmuHost:
+    """One emulated host."""
+
+    index: int  # 0-based: row of the matrix, position in Wan.hosts
+    name: str  # "h1"
+    ip: str
+    netns: str
+    node: str  # the topology node it emulates
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        return self.index + 1
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """argv that runs `argv` inside this host's namespace."""
+        return [*nsenter_argv(self.netns), *argv]
+
+    @property
+    def netns_path(self) -> Path:
+        """The namespace's file, for setns (what `nsenter --net=` opens)."""
+        return NETNS_DIR / self.netns
