@@ -21,9 +21,9 @@ install: system-deps $(VENV)/.installed
 system-deps:
 	@scripts/install-system-deps.sh
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	@test -x $(BIN)/python || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
 	@touch $@
 
 demo: install

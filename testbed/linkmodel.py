@@ -23,6 +23,7 @@ import random
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,7 @@ class Jitter:
     width_ms: float = 0.0
     mean_ms: float = 0.0
     alpha: float = 3.0
+    _given: frozenset[str] = frozenset()  # the parameters named (even if 0)
 
     def __post_init__(self) -> None:
         for name in ("sigma_ms", "width_ms", "mean_ms", "alpha"):
@@ -67,6 +69,28 @@ class Jitter:
                 f"unknown distribution {self.dist!r}; expected normal, uniform or pareto",
                 field="dist",
             )
+        # Each distribution takes its own parameters, all of them: a parameter of
+        # another one (uniform with sigma_ms) or one left out would be a silent zero.
+        wanted = _JITTER_PARAMS.get(self.dist, ())
+        given = {
+            name
+            for name in ("sigma_ms", "width_ms", "mean_ms")
+            if getattr(self, name) != 0.0 or name in self._given
+        }
+        foreign = sorted(given - set(wanted))
+        if foreign:
+            raise ControlError(
+                "jitter",
+                f"{self.dist} takes {' and '.join(wanted)}, not {', '.join(foreign)}",
+                field=foreign[0],
+            )
+        for name in wanted:
+            if name != "alpha" and getattr(self, name) == 0.0:
+                raise ControlError(
+                    "jitter",
+                    f"{self.dist} needs {name} > 0 (dist=None removes jitter)",
+                    field=name,
+                )
         if self.dist == "pareto" and self.alpha <= 1:
             raise ControlError(
                 "jitter", f"pareto needs alpha > 1 (finite mean), not {self.alpha!r}", field="alpha"
@@ -82,13 +106,31 @@ class Jitter:
         scale = self.mean_ms * (self.alpha - 1.0)
         return scale * ((1.0 - rng.random()) ** (-1.0 / self.alpha) - 1.0) / 1000.0
 
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> Jitter:
+        """{"dist": ..., parameters}; ControlError names an unknown key."""
+        known = {"dist", "sigma_ms", "width_ms", "mean_ms", "alpha"}
+        unknown = sorted(set(spec) - known)
+        if unknown:
+            raise ControlError(
+                "jitter",
+                f"unknown parameter; expected {', '.join(sorted(known - {'dist'}))}",
+                field=unknown[0],
+            )
+        if "dist" not in spec:
+            raise ControlError("jitter", "missing: normal, uniform or pareto", field="dist")
+        return cls(**spec, _given=frozenset(spec) - {"dist"})
+
     def to_dict(self) -> dict[str, float | str]:
-        fields = {
-            "normal": ("sigma_ms",),
-            "uniform": ("width_ms",),
-            "pareto": ("mean_ms", "alpha"),
-        }[self.dist]
+        fields = _JITTER_PARAMS[self.dist]
         return {"dist": self.dist, **{name: getattr(self, name) for name in fields}}
+
+
+_JITTER_PARAMS = {
+    "normal": ("sigma_ms",),
+    "uniform": ("width_ms",),
+    "pareto": ("mean_ms", "alpha"),
+}
 
 
 def _in_range(row: np.ndarray) -> bool:
@@ -287,7 +329,7 @@ class LinkModel:
     ) -> int:
         """Set the loss probability of every pair in src x dst (None = all pairs). Returns the pair count."""
         if not (isinstance(rate, int | float) and 0.0 <= rate <= 1.0):
-            raise ControlError("set_loss", f"rate must be within 0..1, not {rate!r}", field="rate")
+            raise ControlError("set_loss", f"must be within 0..1, not {rate!r}", field="rate")
         if src is None and dst is None:
             self._loss_all = float(rate)
             self._loss.clear()
@@ -331,7 +373,7 @@ class LinkModel:
             members = self._hosts("partition", group, "groups")
             for h in members:
                 if h in seen:
-                    raise ControlError("partition", f"host {h} is in two groups", field="groups")
+                    raise ControlError("partition", f"h{h + 1} is in two groups", field="groups")
                 seen.add(h)
         if len(groups) < 1 or (len(groups) == 1 and len(seen) == self.n):
             raise ControlError(

@@ -74,10 +74,33 @@ class Schedule:
     events: list[Event]
     end: float  # when the last event happens, or `stop`'s time
     source: str = "<churn>"
+    hosts: Sequence[str] = ()  # the run's hosts (a partition's unnamed side is the rest of them)
 
     def to_jsonl(self) -> str:
+        """One JSON object per event, every unit in its field's name and every
+        side of a partition listed (schedule.jsonl, `testbed churn --json`)."""
         encoder = msgspec.json.Encoder()
-        return "".join(encoder.encode(e).decode() + "\n" for e in self.events)
+        return "".join(encoder.encode(self.record(e)).decode() + "\n" for e in self.events)
+
+    def record(self, event: Event) -> dict[str, Any]:
+        out: dict[str, Any] = {"t_s": event.t, "verb": event.verb, "line": event.line}
+        if event.hosts:
+            out["hosts"] = list(event.hosts)
+        if event.verb == "partition":
+            named = {h for side in event.groups for h in side}
+            rest = [h for h in self.hosts if h not in named]
+            out["sides"] = [list(side) for side in event.groups] + ([rest] if rest else [])
+        elif event.groups:
+            out["between"] = [list(side) for side in event.groups]
+        if event.verb == "latency":
+            out["rtt_ms"] = None if event.value is None else round(event.value * 1e3, 6)
+            if event.value is None:
+                out["rtt_from"] = "matrix"
+        elif event.verb in ("loss", "cut", "mend"):
+            out["loss_rate"] = {"cut": 1.0, "mend": 0.0}.get(event.verb, event.value)
+        elif event.verb == "frame":
+            out["frame"] = None if event.value is None else int(event.value)
+        return out
 
     def quiet_periods(self, settle_s: float, reserve_s: float = 1.0) -> list[float]:
         """When the system should be quiet: settle_s after each event that is
@@ -218,7 +241,7 @@ def compile_churn(
             ) from None
     events.sort(key=lambda e: e.t)  # stable: equal times keep the script's order
     end = stop.start if stop is not None else max((e.t for e in events), default=0.0)
-    return Schedule(events, end, source)
+    return Schedule(events, end, source, tuple(universe.names))
 
 
 _AT_ONLY = {"thaw", "heal", "stop"}

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,8 +237,9 @@ class _ToStatement(Transformer):
             k += len(unit)
         return _finite(total, token), token.column
 
-    def seconds(self, token: Token) -> tuple[float, int]:
-        return _finite(float(token), token), token.column
+    def seconds(self, token: Token) -> tuple[float, int, bool]:
+        """A bare number: seconds (as in Splay), flagged so a latency can refuse it."""
+        return _finite(float(token), token), token.column, True
 
     def expression(self, value: float, unit: Token) -> tuple[float, int]:
         seconds = value * _UNIT_S[str(unit)]
@@ -327,8 +329,16 @@ class _ToStatement(Transformer):
     def pair(self, a: Group, b: Group) -> tuple[Group, Group]:
         return a, b
 
-    def latency_value(self, value: tuple[float, int] | Token) -> float | None:
-        return None if isinstance(value, Token) else value[0]
+    def latency_value(
+        self, value: tuple[float, int] | tuple[float, int, bool] | Token
+    ) -> float | None:
+        if isinstance(value, Token):
+            return None
+        if len(value) == 3:  # a bare number: 120 would be 120 seconds, which nobody means
+            raise _Fail(
+                f"a latency needs a unit: {value[0]:g}ms or {value[0]:g}s (an RTT)", value[1]
+            )
+        return value[0]
 
     def loss_scope(self, scope: tuple[Group, Group] | Token) -> tuple[Group, ...]:
         return () if isinstance(scope, Token) else scope
@@ -383,13 +393,31 @@ def _expected(error: UnexpectedInput) -> str:
     return "; expected " + ", ".join(words[:-1]) + " or " + words[-1]
 
 
+def _unit_hint(text: str, pos: int) -> str | None:
+    """For `at 6x`: a time whose unit is wrong (a number run straight into
+    letters where a time is expected: after at, from, to, per, every)."""
+    number = re.search(r"(?:^|\s)(at|from|to|per|every)\s+([\dhms.]*?)(\d+(?:\.\d+)?)$", text[:pos])
+    if number is None or pos >= len(text) or not text[pos].isalpha():
+        return None
+    n = number.group(3)
+    word = re.match(r"[A-Za-z]+", text[pos:])
+    shown = word.group() if word else text[pos]
+    if shown in _UNIT_S or number.group(2):
+        return "in a time every number needs its unit, as in 1m30s or 90s"
+    return f"unexpected {shown!r} after {n}; expected a time unit ({n}ms, {n}s, {n}m or {n}h)"
+
+
 def _parse_line(text: str, line: int, source: str) -> Statement:
     try:
         tree = _parser.parse(text)
     except UnexpectedCharacters as exc:
-        bad = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "?"
+        pos = exc.pos_in_stream
+        bad = text[pos] if pos < len(text) else "?"
         raise InputError(
-            f"unexpected {bad!r}{_expected(exc)}", source=source, line=line, column=exc.column
+            _unit_hint(text, pos) or f"unexpected {bad!r}{_expected(exc)}",
+            source=source,
+            line=line,
+            column=exc.column,
         ) from None
     except UnexpectedEOF as exc:
         raise InputError(
@@ -404,6 +432,9 @@ def _parse_line(text: str, line: int, source: str) -> Statement:
             reason, column = "the statement ends too early", len(text.rstrip()) + 1
         else:
             reason, column = f"unexpected {_short(token)!r}", exc.column
+            hint = _unit_hint(text, token.start_pos) if token.start_pos is not None else None
+            if hint:
+                raise InputError(hint, source=source, line=line, column=column) from None
         raise InputError(reason + _expected(exc), source=source, line=line, column=column) from None
     when_tree, action_tree = tree.children
     try:

@@ -73,7 +73,7 @@ def trace_schedule(
             column += len(field)
         node += 1
     events.sort(key=lambda e: e.t)
-    return Schedule(events, max((e.t for e in events), default=0.0), source)
+    return Schedule(events, max((e.t for e in events), default=0.0), source, tuple(names))
 
 
 def read_trace(path: str | Path, names: Sequence[str], *, down: str = "leave") -> Schedule:

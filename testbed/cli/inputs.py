@@ -118,34 +118,58 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
     import msgspec
 
     from testbed.experiments.overlay import churn_schedule, select_topology
-    from testbed.spec import ChurnSpec, load_spec
+    from testbed.experiments.program import program_schedule
+    from testbed.spec import ChurnSpec, ProgramSpec, load_any_spec, load_spec
+    from testbed.topology import resolve_topology
 
     defaults = {"topology": {"ref": "planetlab", "hosts": 64, "pick": "first"}}
-    spec, _ = load_spec(spec_path, [], defaults=None if spec_path else defaults)
-    spec = msgspec.structs.replace(
-        spec,
-        seed=spec.seed if seed is None else seed,
-        churn=ChurnSpec(script=script),
-        phases=[],
-        campaign=None,
-    )
-    topology = select_topology(spec)
-    schedule = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
-    assert schedule is not None
+    if spec_path is not None and isinstance(load_any_spec(spec_path)[0], ProgramSpec):
+        program, _ = load_any_spec(spec_path)
+        assert isinstance(program, ProgramSpec)
+        program = msgspec.structs.replace(
+            program,
+            seed=program.seed if seed is None else seed,
+            churn=ChurnSpec(script=script),
+            campaign=None,
+        )
+        schedule = program_schedule(program, resolve_topology(program.topology, program.seed))
+        spec_seed = program.seed
+    else:
+        spec, _ = load_spec(spec_path, [], defaults=None if spec_path else defaults)
+        spec = msgspec.structs.replace(
+            spec,
+            seed=spec.seed if seed is None else seed,
+            churn=ChurnSpec(script=script),
+            phases=[],
+            campaign=None,
+        )
+        topology = select_topology(spec)
+        compiled = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
+        assert compiled is not None
+        schedule, spec_seed = compiled, spec.seed
     if as_json:
         print(schedule.to_jsonl(), end="")
         return
-    table = Table(title=f"{script}: {len(schedule.events)} events, seed {spec.seed}")
-    for col in ("t (s)", "verb", "hosts / groups", "value", "line"):
+    table = Table(title=f"{script}: {len(schedule.events)} events, seed {spec_seed}")
+    for col in ("t (s)", "verb", "hosts / sides", "value", "line"):
         table.add_column(col, justify="right" if col in ("t (s)", "line") else "left")
     for event in schedule.events:
+        record = schedule.record(event)
         if event.hosts:
             who = ", ".join(event.hosts[:6]) + (
                 f" (+{len(event.hosts) - 6})" if len(event.hosts) > 6 else ""
             )
         else:
-            who = " | ".join(f"{len(g)} hosts" for g in event.groups)
-        value = "" if event.value is None else f"{event.value:g}"
+            sides = record.get("sides") or record.get("between") or []
+            who = " | ".join(f"{len(g)} hosts" for g in sides)
+        value = next(
+            (
+                f"{record[key]:g}{unit}"
+                for key, unit in (("rtt_ms", " ms RTT"), ("loss_rate", " loss"), ("frame", ""))
+                if record.get(key) is not None
+            ),
+            "matrix RTT" if record.get("rtt_from") else "",
+        )
         table.add_row(f"{event.t:.3f}", event.verb, who, value, str(event.line))
     console.print(table)
 
@@ -164,6 +188,14 @@ def topology() -> None:
 @click.option(
     "--floor", "floor_ms", type=float, default=None, help="Count pairs below this RTT (ms)."
 )
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    metavar="A,B",
+    help="Print this pair's RTT: node names (n0,n17) or a run's host names (h1,h18: the "
+    "selected hosts in order); repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @handled
 def topology_show(
@@ -173,9 +205,10 @@ def topology_show(
     seed: int,
     scale: float,
     floor_ms: float | None,
+    pairs: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Validate a topology and print its figures."""
+    """Validate a topology and print its figures (or, with --pair, pairs' RTTs)."""
     from testbed.topology import load_topology
 
     topo = load_topology(ref)
@@ -185,6 +218,24 @@ def topology_show(
     else:
         topo = topo.select(host_arg, pick=pick, seed=seed if pick == "random" else None)
     topo = topo.scaled(scale)
+    if pairs:
+        rows = [_pair(topo, text) for text in pairs]
+        if as_json:
+            print(json.dumps({"source": topo.source, "pairs": rows}))
+            return
+        table = Table(title=topo.source)
+        for col in ("a", "b", "hosts", "RTT (ms)", "one-way (ms)"):
+            table.add_column(col, justify="right" if "ms" in col else "left")
+        for row in rows:
+            table.add_row(
+                row["a"],
+                row["b"],
+                f"{row['host_a']}, {row['host_b']}",
+                f"{row['rtt_ms']:.3f}",
+                f"{row['one_way_ms']:.3f}",
+            )
+        console.print(table)
+        return
     stats: dict[str, Any] = {"source": topo.source, **topo.stats()}
     labels = sorted({f"{k}={v}" for lab in topo.labels for k, v in lab.items()})
     if labels:
@@ -198,6 +249,36 @@ def topology_show(
     for key, value in stats.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
+
+
+def _pair(topo: Any, text: str) -> dict[str, Any]:
+    """One --pair A,B: each a node name or a host name (hK: the K-th selected host)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise InputError(f"expected two names A,B, not {text!r}", source="<flag --pair>")
+    index = {name: k for k, name in enumerate(topo.names)}
+    found = []
+    for name in parts:
+        if name in index:
+            found.append(index[name])
+        elif name[:1] == "h" and name[1:].isdigit() and 1 <= int(name[1:]) <= topo.n:
+            found.append(int(name[1:]) - 1)
+        else:
+            raise InputError(
+                f"no node or host named {name!r} (nodes {topo.names[0]}..{topo.names[-1]}, "
+                f"hosts h1..h{topo.n})",
+                source="<flag --pair>",
+            )
+    a, b = found
+    rtt = float(topo.rtt_ms[a, b])
+    return {
+        "a": topo.names[a],
+        "b": topo.names[b],
+        "host_a": f"h{a + 1}",
+        "host_b": f"h{b + 1}",
+        "rtt_ms": round(rtt, 6),
+        "one_way_ms": round(rtt / 2, 6),
+    }
 
 
 @topology.command(name="generate")

@@ -36,6 +36,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
+from testbed.linkmodel import MAX_ONE_WAY_S
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
 from testbed.net._fidelity import FidelityMonitor
@@ -564,9 +565,20 @@ class Wan:
         """Set the RTT between a and b: a one-way delay of rtt_ms / 2 in each direction."""
         src = self._indices("set_rtt", a, "a")
         dst = self._indices("set_rtt", b, "b")
-        if not isinstance(rtt_ms, int | float) or not rtt_ms >= 0:
+        if src == dst:
             raise ControlError(
-                "set_rtt", f"expected an RTT >= 0 ms, not {rtt_ms!r}", field="rtt_ms"
+                "set_rtt", f"a and b are the same host ({self.hosts[src[0]].name})", field="b"
+            )
+        largest_ms = 2 * MAX_ONE_WAY_S * 1e3
+        if (
+            isinstance(rtt_ms, bool)
+            or not isinstance(rtt_ms, int | float)
+            or not 0 <= rtt_ms <= largest_ms
+        ):
+            raise ControlError(
+                "set_rtt",
+                f"expected an RTT in 0..{largest_ms:g} ms, not {rtt_ms!r}",
+                field="rtt_ms",
             )
         engine = self._engine()
         # Check both directions before changing either.

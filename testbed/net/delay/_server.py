@@ -326,13 +326,14 @@ class DelayEngine:
         except ControlError as exc:
             if exc.op not in ("stats", "counters", "ping", "describe", "one_way"):
                 self.log("control", op=op, ok=False, error=str(exc))
-            return {"ok": False, "error": str(exc), "op": exc.op, "field": exc.field}
+            # The reason alone: the client's ControlError adds "op: field: " again.
+            return {"ok": False, "error": exc.reason, "op": exc.op, "field": exc.field}
         if op not in ("stats", "counters", "ping", "describe", "one_way"):
             self.log(
                 "control",
                 op=op,
                 ok=True,
-                args=request if op != "load_matrix" else {"path": request.get("path")},
+                args=_named(request) if op != "load_matrix" else {"path": request.get("path")},
                 result=result,
             )
         return {"ok": True, "result": result}
@@ -375,7 +376,7 @@ class DelayEngine:
             if not 0 <= h < self.n:
                 raise ControlError(
                     op,
-                    f"no host with index {h}; hosts are 0..{self.n - 1} (h1..h{self.n})",
+                    f"no host h{h + 1} (index {h}); hosts are h1..h{self.n}",
                     field=field,
                 )
         return value
@@ -522,12 +523,7 @@ class DelayEngine:
         )
         jitter = None
         if spec is not None:
-            try:
-                jitter = Jitter(**spec)
-            except TypeError as exc:
-                raise ControlError(
-                    "set_jitter", f"bad jitter arguments: {exc}", field="jitter"
-                ) from None
+            jitter = Jitter.from_dict(spec)
         pairs = self.model.set_jitter(
             jitter,
             self._hosts_arg("set_jitter", "src", src),
@@ -612,3 +608,19 @@ def main(argv: list[str] | None = None) -> int:
     engine = DelayEngine(config)
     engine.serve(ready_fd)
     return 0
+
+
+def _named(args: dict[str, Any]) -> dict[str, Any]:
+    """A request's arguments for the log, hosts by name (index k is h<k+1>), as users name them."""
+
+    def names(value: Any) -> Any:
+        if isinstance(value, list):
+            return [names(v) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"h{value + 1}"
+        return value
+
+    return {
+        k: names(v) if k in ("src", "dst", "groups", "host", "pairs") else v
+        for k, v in args.items()
+    }

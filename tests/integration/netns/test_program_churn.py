@@ -183,3 +183,22 @@ def test_a_failing_test_reports_the_run_folder_and_the_programs_error(pytester):
     assert "h1 gossip" in text and "exit 2" in text
     assert "gossip: unknown flag --prot" in text
     assert "h2 sleeper" in text and "running" in text
+
+
+def test_runtime_control_traps_are_refused_with_the_users_names(wan):
+    with pytest.raises(ControlError) as caught:
+        wan.partition(["h1", "h2"], ["h2", "h3"])
+    assert str(caught.value) == "partition: groups: h2 is in two groups"  # one prefix, h2
+    with pytest.raises(ControlError, match=r"set_rtt: rtt_ms: expected an RTT in 0..120000 ms"):
+        wan.set_rtt("h1", "h2", 1e9)
+    with pytest.raises(ControlError, match="a and b are the same host"):
+        wan.set_rtt("h1", "h1", 50)
+    with pytest.raises(ControlError, match="normal needs sigma_ms"):
+        wan.set_jitter("normal")
+    with pytest.raises(ControlError, match="uniform takes width_ms, not sigma_ms"):
+        wan.set_jitter("uniform", sigma_ms=2)
+    wan.partition(["h1"], ["h2"])
+    wan.heal()
+    log = (wan.run_dir / "engine" / "engine.log").read_text().splitlines()
+    applied = [json.loads(line) for line in log if '"op":"partition","ok":true' in line]
+    assert applied[-1]["args"]["groups"] == [["h1"], ["h2"]]  # hosts by name, not index

@@ -164,7 +164,7 @@ def test_bad_control_calls_change_nothing(wan):
     assert info.value.field == "b"
     with pytest.raises(ControlError, match="below the engine's measured floor"):
         wan.set_rtt("h1", "h2", 0.001)
-    with pytest.raises(ControlError, match="rate must be within 0..1"):
+    with pytest.raises(ControlError, match="rate: must be within 0..1"):
         wan.set_loss(3.0)
     with pytest.raises(ControlError, match="unknown host 'nope'"):
         wan.partition(["h1"], ["nope"])
