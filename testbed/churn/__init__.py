@@ -4,7 +4,7 @@
 from testbed.churn._compile import Event, Schedule, Universe, compile_churn
 from testbed.churn._execute import ChurnEngine, Executor, Quiet
 from testbed.churn._parse import Statement, parse_churn, read_churn
-from testbed.churn._trace import read_trace, trace_schedule
+from testbed.churn._trace import read_trace, schedule_for, trace_schedule
 
 __all__ = [
     "ChurnEngine",
@@ -18,5 +18,6 @@ __all__ = [
     "parse_churn",
     "read_churn",
     "read_trace",
+    "schedule_for",
     "trace_schedule",
 ]

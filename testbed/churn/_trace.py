@@ -13,11 +13,11 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.churn._compile import Event, Schedule
-from testbed.churn._parse import read_text
+from testbed.churn._compile import Event, Schedule, Universe, compile_churn
+from testbed.churn._parse import read_churn, read_text
 from testbed.errors import InputError
 
-__all__ = ["read_trace", "trace_schedule"]
+__all__ = ["read_trace", "schedule_for", "trace_schedule"]
 
 
 def trace_schedule(
@@ -79,3 +79,17 @@ def trace_schedule(
 def read_trace(path: str | Path, names: Sequence[str], *, down: str = "leave") -> Schedule:
     text = read_text(path, "availability trace")
     return trace_schedule(text, names, down=down, source=str(path))
+
+
+def schedule_for(
+    script: str | None, trace: str | None, trace_down: str, universe: Universe, seed: int
+) -> Schedule:
+    """A spec's [churn] (a script, or a trace) as a schedule on `universe`'s hosts."""
+    if trace is not None:
+        return read_trace(trace, universe.names, down=trace_down)
+    if script is None:
+        raise InputError(
+            "churn: no script or trace; a spec with [campaign] runs with `testbed campaign`",
+            source="<spec>",
+        )
+    return compile_churn(read_churn(script), universe, seed, source=script)

@@ -36,13 +36,13 @@ from testbed.analysis.stats import quantiles
 from testbed.engines.peers import peer_seed
 from testbed.engines.zygote import ForkedProcess, PeerZygote
 from testbed.errors import EmulationError
-from testbed.net import HostProcess, open_wan
+from testbed.net import HostProcess, WanVerbs, open_wan
 from testbed.runs import write_json
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 __all__ = ["NODE_COMMAND", "EmuEngine", "peer_args", "private_memory_kb"]
 
@@ -81,7 +81,7 @@ def peer_args(
     return argv
 
 
-class EmuEngine:
+class EmuEngine(WanVerbs):
     """Runs an experiment's peers as processes on an emulated WAN (see the module comment)."""
 
     def __init__(
@@ -124,9 +124,6 @@ class EmuEngine:
     @property
     def now(self) -> float:
         return time.monotonic() - self._t0
-
-    def _name(self, host: int) -> str:
-        return self.wan.hosts[host].name
 
     def _control(self, host: int) -> str:
         return str(self._sockets / f"{self._name(host)}.ctl")
@@ -283,23 +280,7 @@ class EmuEngine:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGCONT)
 
-    # -- the network (the churn language's faults) --------------------------------------------------
-
-    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int:
-        """Load new delays; pairs below the engine's floor are clamped to it (a
-        script asking for less gets the least there is) and counted."""
-        return self.wan.load_one_way(one_way_s * 1e3, clamp=True, why=why)
-
-    def partition(self, groups: list[list[int]]) -> None:
-        self.wan.partition(*([self._name(h) for h in group] for group in groups))
-
-    def heal(self) -> None:
-        self.wan.heal()
-
-    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
-        names = None if src is None else [self._name(h) for h in src]
-        others = None if dst is None else [self._name(h) for h in dst]
-        self.wan.set_loss(rate, src=names, dst=others)
+    # The network (the churn language's faults): WanVerbs' set_matrix, partition, heal, set_loss.
 
     def advance(self, until: float) -> None:
         while (left := until - self.now) > 0:

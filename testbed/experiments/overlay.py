@@ -40,11 +40,10 @@ from testbed.analysis.can_oracle import check_can
 from testbed.analysis.cluster_oracle import check_clusters
 from testbed.analysis.cluster_quality import cluster_quality
 from testbed.analysis.stats import quantiles
-from testbed.churn import Executor, Quiet, Schedule, Universe, compile_churn, read_churn, read_trace
+from testbed.churn import Executor, Quiet, Schedule, Universe, schedule_for
 from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
 from testbed.engines.sim import SimEngine
-from testbed.errors import InputError
 from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.run import Report, Run, RunResult
@@ -379,17 +378,10 @@ def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -
     churn = spec.churn
     if churn is None:
         return None
-    if churn.trace is not None:
-        return read_trace(churn.trace, names, down=churn.trace_down)
-    if churn.script is None:
-        raise InputError(
-            "churn: no script or trace; a spec with [campaign] runs with `testbed campaign`",
-            source="<spec>",
-        )
     frames, frame = _frames(spec)
     labels = list(topology.labels) if topology.labels else [{} for _ in names]
     universe = Universe(names, labels, frames=frames, frame=frame)
-    return compile_churn(read_churn(churn.script), universe, spec.seed, source=churn.script)
+    return schedule_for(churn.script, churn.trace, churn.trace_down, universe, spec.seed)
 
 
 def _ref(spec: ExperimentSpec) -> str:

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.churn import Schedule, Universe, compile_churn, read_churn, read_trace
-from testbed.errors import InputError
+from testbed.churn import Schedule, Universe, schedule_for
 from testbed.experiments.run import Report, Run, RunResult
 from testbed.net import open_wan, process_report
 from testbed.spec import ProgramSpec
@@ -30,16 +29,11 @@ __all__ = ["program_schedule", "run_program"]
 def program_schedule(spec: ProgramSpec, topology: Topology) -> Schedule:
     """The run's churn compiled on its hosts (h1.., the topology's labels) with its seed."""
     names = [f"h{k + 1}" for k in range(topology.n)]
-    churn = spec.churn
-    if churn.trace is not None:
-        return read_trace(churn.trace, names, down=churn.trace_down)
-    if churn.script is None:
-        raise InputError(
-            "churn: no script or trace; a spec with [campaign] runs with `testbed campaign`",
-            source="<spec>",
-        )
     labels = list(topology.labels) if topology.labels else [{} for _ in names]
-    return compile_churn(read_churn(churn.script), Universe(names, labels), spec.seed, churn.script)
+    churn = spec.churn
+    return schedule_for(
+        churn.script, churn.trace, churn.trace_down, Universe(names, labels), spec.seed
+    )
 
 
 def run_program(

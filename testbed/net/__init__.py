@@ -30,6 +30,7 @@ __all__ = [
     "IcmpProber",
     "NetworkPlan",
     "Wan",
+    "WanVerbs",
     "clean",
     "entered_netns",
     "list_netns",
@@ -44,6 +45,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from testbed.net._churn import ChurnRun as ChurnRun
+    from testbed.net._churn import WanVerbs as WanVerbs
     from testbed.net._clean import clean as clean
     from testbed.net._clean import netns_of_run as netns_of_run
     from testbed.net._fidelity import BOUND_ABS_MS as BOUND_ABS_MS
@@ -73,6 +75,7 @@ _LAZY = {
     "netns_of_run": "testbed.net._clean",
     "Calibration": "testbed.net._wan",
     "ChurnRun": "testbed.net._churn",
+    "WanVerbs": "testbed.net._churn",
     "process_report": "testbed.net._programs",
     "EmuHost": "testbed.net._host",
     "ExecResult": "testbed.net._programs",

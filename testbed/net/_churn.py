@@ -90,7 +90,7 @@ class Wan(Protocol):
     def monitor_fidelity(self, **options: Any) -> FidelityMonitor: ...
 
 
-__all__ = ["ChurnRun", "ProgramEngine", "apply_churn", "load_schedule"]
+__all__ = ["ChurnRun", "ProgramEngine", "WanVerbs", "apply_churn", "load_schedule"]
 
 # How often a leave looks whether the program has ended, and a sleep's slice
 # (so that stop() ends a background run promptly).
@@ -104,7 +104,33 @@ class _Stopped(Exception):
     """ChurnRun.stop() was called: the schedule ends where it is."""
 
 
-class ProgramEngine:
+class WanVerbs:
+    """The churn language's network statements on a WAN (for an engine with
+    `self.wan` whose host k is wan.hosts[k]): the program engine's and the peers'."""
+
+    wan: Any
+
+    def _name(self, host: int) -> str:
+        return str(self.wan.hosts[host].name)
+
+    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int:
+        """Load new delays; pairs below the engine's floor are clamped to it (a
+        script asking for less gets the least there is) and counted."""
+        return int(self.wan.load_one_way(one_way_s * 1e3, clamp=True, why=why))
+
+    def partition(self, groups: list[list[int]]) -> None:
+        self.wan.partition(*([self._name(h) for h in group] for group in groups))
+
+    def heal(self) -> None:
+        self.wan.heal()
+
+    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
+        source = None if src is None else [self._name(h) for h in src]
+        target = None if dst is None else [self._name(h) for h in dst]
+        self.wan.set_loss(rate, src=source, dst=target)
+
+
+class ProgramEngine(WanVerbs):
     """The churn executor's engine for a user's program on a Wan (see the header)."""
 
     def __init__(
@@ -137,9 +163,6 @@ class ProgramEngine:
     @property
     def now(self) -> float:
         return time.monotonic() - self._t0
-
-    def _name(self, host: int) -> str:
-        return self.wan.hosts[host].name
 
     def _absent(self, verb: str, host: int) -> None:
         record = {"verb": verb, "host": self._name(host), "t": round(self.now, 6)}
@@ -221,22 +244,6 @@ class ProgramEngine:
             self._stop.wait(min(left, POLL_S if self._leaving else 0.5))
             if self._leaving:
                 self.departing()
-
-    # -- the network -----------------------------------------------------------------------------
-
-    def set_matrix(self, one_way_s: np.ndarray, why: str = "") -> int:
-        return self.wan.load_one_way(one_way_s * 1e3, clamp=True, why=why)
-
-    def partition(self, groups: list[list[int]]) -> None:
-        self.wan.partition(*([self._name(h) for h in group] for group in groups))
-
-    def heal(self) -> None:
-        self.wan.heal()
-
-    def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
-        names = (None if side is None else [self._name(h) for h in side] for side in (src, dst))
-        source, target = names
-        self.wan.set_loss(rate, src=source, dst=target)
 
 
 def _signal_of(name: str) -> signal.Signals | None:
