@@ -15,7 +15,12 @@ help:
 	@echo "make install  only the set-up: system packages and $(VENV)/"
 	@echo "make clean-net  remove namespaces, links and processes a killed run left behind"
 
-install: system-deps $(VENV)/.installed
+install: system-deps $(VENV)/.installed image
+
+# The container hosts' Debian image (built once; nothing when it exists).
+.PHONY: image
+image: system-deps
+	@scripts/build-image.sh
 
 .PHONY: system-deps
 system-deps:

@@ -8,6 +8,8 @@
 #   iputils-ping `h1 ping h2` in the Mininet CLI
 #   util-linux   nsenter, to start processes inside a host's namespace
 #   python3-venv the project's virtual environment (.venv)
+#   docker.io    container hosts (dockerd is started by the testbed when needed)
+#   debootstrap  builds the container hosts' Debian image (scripts/build-image.sh)
 set -eu
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -29,6 +31,8 @@ need iputils-ping sh -c 'command -v ping'
 need util-linux   sh -c 'command -v nsenter'
 need procps       sh -c 'command -v ps'
 need python3-venv /usr/bin/python3 -c 'import ensurepip, venv'
+need docker.io    sh -c 'command -v dockerd'
+need debootstrap  sh -c 'command -v debootstrap'
 
 if [ -z "$missing" ]; then
     exit 0

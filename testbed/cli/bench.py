@@ -281,6 +281,31 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     console.print(table)
 
 
+@bench.command(name="container-cpu")
+@click.option(
+    "--cpus", type=float, default=0.5, show_default=True, help="The container's CPU limit."
+)
+@click.option("--repeat", type=click.IntRange(1, 20), default=3, show_default=True)
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_container_cpu(cpus: float, repeat: int, out: Path | None, as_json: bool) -> None:
+    """A CPU-bound program on a namespace host and on a container host limited to
+    --cpus: the wall-time ratio (about 1 / cpus below one core)."""
+    from testbed.tools.bench import container_cpu
+
+    if not cpus > 0:
+        raise click.BadParameter("must be > 0", param_hint="--cpus")
+    result = container_cpu(cpus, repeat=repeat, run_dir=out)
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(
+        f"namespace host {result['namespace_s']} s, container (--cpus {cpus:g}) "
+        f"{result['container_s']} s: ratio {result['ratio']} (expected {result['expected_ratio']})"
+    )
+
+
 @bench.command(name="mpi")
 @click.option("--topology", default="topologies/sharcnet-emu.toml", show_default=True)
 @click.option("--ranks", type=click.IntRange(2, 256), default=8, show_default=True)

@@ -24,6 +24,27 @@ from testbed.progress import BringupProgress, console, err_console
     help="Run these Mininet CLI commands instead of an interactive prompt.",
 )
 @click.option("--no-cli", is_flag=True, help="Bring the network up, print the summary, tear down.")
+@click.option(
+    "--container",
+    "image",
+    metavar="IMAGE",
+    default=None,
+    help="Make hosts Docker containers of this local image (p2p-testbed/debian:bookworm is "
+    "built by make); never pulled.",
+)
+@click.option(
+    "--containers",
+    "boxes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many hosts are containers (the last N; default: all).",
+)
+@click.option(
+    "--cpus", type=float, default=None, help="Each container's CPU limit in cores (0.5: half)."
+)
+@click.option(
+    "--memory-mb", type=click.IntRange(min=6), default=None, help="Each container's memory limit."
+)
 @handled
 def up(
     topology: str,
@@ -35,10 +56,24 @@ def up(
     out: Path | None,
     script: str | None,
     no_cli: bool,
+    image: str | None,
+    boxes: int | None,
+    cpus: float | None,
+    memory_mb: int | None,
 ) -> None:
     """Bring the network up and open Mininet's CLI on it (try: h1 ping -c3 h2)."""
+    from testbed.errors import InputError
     from testbed.net import open_wan
 
+    if image is None and (boxes or cpus or memory_mb):
+        raise InputError(
+            "--containers, --cpus and --memory-mb need --container IMAGE", source="<flags>"
+        )
+    containers = (
+        None
+        if image is None
+        else {"image": image, "hosts": boxes, "cpus": cpus, "memory_mb": memory_mb}
+    )
     with open_wan(
         topology,
         hosts=hosts_option(hosts),
@@ -49,6 +84,7 @@ def up(
         run_dir=out,
         name="up",
         progress=BringupProgress(),
+        containers=containers,
     ) as wan:
         _print_network(wan)
         if not no_cli:
@@ -76,6 +112,9 @@ def _print_network(wan: Any) -> None:
         str(wan.clamped)
         + (f" (raised to {cal.floor_rtt_ms:.3f} ms)" if wan.clamped and cal else ""),
     )
+    boxed = [h.name for h in wan.hosts if h.container]
+    if boxed:
+        table.add_row("containers", f"{len(boxed)}: {boxed[0]}..{boxed[-1]}")
     first, last = wan.hosts[0], wan.hosts[-1]
     table.add_row(
         "hosts", f"{first.name} {first.ip} ({first.node}) ... {last.name} {last.ip} ({last.node})"
@@ -200,7 +239,9 @@ def clean(force: bool, run_id: str | None, as_json: bool) -> None:
             console.print("nothing to clean")
         else:
             console.print(
-                f"removed {len(report.runs)} run(s): {len(report.netns_removed)} namespaces, {len(report.processes_killed)} processes"
+                f"removed {len(report.runs)} run(s): {len(report.netns_removed)} namespaces, "
+                f"{len(report.processes_killed)} processes, "
+                f"{len(report.containers_removed)} containers"
             )
         for rid in report.live_runs_skipped:
             console.print(f"[yellow]run {rid} is still running; left alone (use --force)[/]")

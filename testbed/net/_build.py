@@ -19,10 +19,11 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 
 from testbed.errors import EmulationError
-from testbed.net._netns import create_netns, nsenter_argv
+from testbed.net._netns import create_netns, entered_netns, nsenter_argv, write_sysctl
 from testbed.net._plan import NetworkPlan
 
 __all__ = ["build_network", "install_queue_rule"]
@@ -78,8 +79,18 @@ def ip_batch(commands: Iterable[str], netns: str | None = None) -> None:
         raise EmulationError(f"ip -batch in {where}: {said}{command}")
 
 
-def build_namespaces(plan: NetworkPlan, step: Step = _noop) -> None:
+def build_namespaces(
+    plan: NetworkPlan, step: Step = _noop, attached: AbstractSet[str] = frozenset()
+) -> None:
+    """Every namespace of the plan but those `attached` (containers' namespaces,
+    already named: they only get their sysctls)."""
     for name in plan.netns_names:
+        if name in attached:
+            with entered_netns(name):
+                for key, value in HOST_SYSCTLS.items():
+                    write_sysctl(key, value)
+            step("namespaces")
+            continue
         try:
             create_netns(name, CORE_SYSCTLS if name == plan.core_netns else HOST_SYSCTLS)
         except FileExistsError:
@@ -165,9 +176,12 @@ def install_queue_rule(plan: NetworkPlan, queue: int) -> str:
     raise EmulationError("cannot add the NFQUEUE rule in the WAN core: " + "; ".join(errors))
 
 
-def build_network(plan: NetworkPlan, step: Step = _noop) -> None:
-    """Create namespaces, links, addresses and routes of `plan` (not the queue rule)."""
-    build_namespaces(plan, step)
+def build_network(
+    plan: NetworkPlan, step: Step = _noop, attached: AbstractSet[str] = frozenset()
+) -> None:
+    """Create namespaces (but those `attached`: containers'), links, addresses and
+    routes of `plan` (not the queue rule)."""
+    build_namespaces(plan, step, attached)
     build_links(plan, step)
     configure_hosts(plan, step)
     configure_core(plan)

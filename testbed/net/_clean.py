@@ -5,7 +5,8 @@
 # process it starts (engine, shells, user commands). So cleaning a run is:
 # kill every process in its namespaces, then unmount the namespaces. Nothing
 # is searched for by process name (no killall), and nothing outside our
-# namespaces is touched.
+# namespaces is touched. Container hosts are Docker containers labelled with the
+# run's id: those are removed too (docker rm -f), and no other container.
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
+from testbed.net._containers import remove_containers, run_containers
 from testbed.net._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
 from testbed.net._plan import NETNS_PREFIX_RE
 from testbed.net._registry import list_runs
@@ -29,10 +31,14 @@ class CleanReport:
     processes_killed: list[int] = field(default_factory=list)
     live_runs_skipped: list[str] = field(default_factory=list)
     still_alive: list[int] = field(default_factory=list)
+    containers_removed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     @property
     def nothing_done(self) -> bool:
-        return not (self.runs or self.netns_removed or self.processes_killed)
+        return not (
+            self.runs or self.netns_removed or self.processes_killed or self.containers_removed
+        )
 
 
 def netns_of_run(run_id: str | None = None) -> dict[str, list[str]]:
@@ -80,11 +86,17 @@ def clean(*, force: bool = False, run_id: str | None = None) -> CleanReport:
     report = CleanReport()
     records = {r.run_id: r for r in list_runs() if run_id is None or r.run_id == run_id}
     namespaces = netns_of_run(run_id)
-    for rid in sorted(set(records) | set(namespaces)):
+    boxes = run_containers(run_id)
+    for rid in sorted(set(records) | set(namespaces) | set(boxes)):
         record = records.get(rid)
         if record is not None and record.owner_alive() and not force:
             report.live_runs_skipped.append(rid)
             continue
+        if rid in boxes:  # first: their processes are in the run's namespaces too
+            problems = remove_containers(rid)
+            report.problems += problems
+            if not problems:
+                report.containers_removed += boxes[rid]
         netns = sorted(set(namespaces.get(rid, [])) | (set(record.netns) if record else set()))
         pids, alive, removed = remove_run(netns, record.pids if record else [])
         report.runs.append(rid)
@@ -127,12 +139,18 @@ def _count_nfqueue_rules() -> int:
     return total
 
 
-def leftovers(run_id: str, recorded_pids: list[int], before: RootSnapshot) -> dict[str, int]:
-    """Count what a finished run left: its namespaces, its processes, and new
-    veth links or NFQUEUE rules in the root namespace since `before`."""
+def leftovers(
+    run_id: str, recorded_pids: list[int], before: RootSnapshot, *, containers: bool = False
+) -> dict[str, int]:
+    """Count what a finished run left: its namespaces, its processes, new veth links
+    or NFQUEUE rules in the root namespace since `before`, and (if it had any) its
+    containers."""
     after = RootSnapshot.take()
     namespaces = sum(len(v) for v in netns_of_run(run_id).values())
     processes = sum(1 for pid in recorded_pids if _exists(pid))
     links = len(after.veth_links - before.veth_links)
     rules = max(0, after.nfqueue_rules - before.nfqueue_rules)
-    return {"netns": namespaces, "links": links, "rules": rules, "processes": processes}
+    counts = {"netns": namespaces, "links": links, "rules": rules, "processes": processes}
+    if containers:
+        counts["containers"] = len(run_containers(run_id).get(run_id, []))
+    return counts

@@ -24,6 +24,7 @@ from pathlib import Path
 
 __all__ = [
     "NETNS_DIR",
+    "attach_netns",
     "create_netns",
     "entered_netns",
     "kill_processes",
@@ -113,6 +114,34 @@ def create_netns(name: str, sysctls: Mapping[str, str | int] | None = None) -> N
         raise
     finally:
         os.close(saved)
+
+
+def attach_netns(name: str, pid: int, sysctls: Mapping[str, str | int] | None = None) -> None:
+    """Name the network namespace of process `pid` /run/netns/<name> (what `ip netns
+    attach` does: a container's), and write its `sysctls` while inside it.
+
+    Raises:
+        FileExistsError: the name is taken.
+        OSError: the kernel refused, or `pid` is gone (the mount point is removed again).
+    """
+    global _netns_dir_ready
+    if not _netns_dir_ready:
+        _ensure_netns_dir()
+        _netns_dir_ready = True
+    path = NETNS_DIR / name
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    try:
+        source = f"/proc/{pid}/ns/net".encode()
+        _check(_libc.mount(source, bytes(path), b"none", MS_BIND, None), "bind mount", name)
+        if sysctls:
+            with entered_netns(name):
+                for key, value in sysctls.items():
+                    write_sysctl(key, value)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _libc.umount2(bytes(path), MNT_DETACH)
+            path.unlink()
+        raise
 
 
 def remove_netns(name: str) -> bool:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -178,7 +177,7 @@ class Programs:
     ) -> HostProcess:
         """Start argv on `host`. Raises InputError when its program does not exist."""
         full_env = None if env is None else {**os.environ, **env}
-        check_program(argv[0], host.name, (full_env or os.environ).get("PATH"))
+        check_program(argv[0], host.name, (full_env or os.environ).get("PATH"), root=host.root)
         with out_path.open("wb") as out, err_path.open("wb") as err:
             try:
                 popen = subprocess.Popen(
@@ -329,21 +328,34 @@ class Programs:
         return problems
 
 
-def check_program(program: str, host: str, path: str | None) -> None:
+# Where a container's programs are looked for besides the caller's PATH.
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def check_program(program: str, host: str, path: str | None, *, root: Path = Path("/")) -> None:
+    """InputError unless `program` exists as `host` sees it (its file system at `root`)."""
+    inside = root != Path("/")
     if "/" in program:
-        if not os.path.isfile(program):
+        seen = root / program.lstrip("/") if program.startswith("/") else Path(program)
+        if not seen.is_file():
+            where = " in its container" if inside else ""
             raise InputError(
-                f"cannot start {program!r} on {host}: no such file", source="<command>"
+                f"cannot start {program!r} on {host}: no such file{where}", source="<command>"
             )
-        if not os.access(program, os.X_OK):
+        if not os.access(seen, os.X_OK):
             raise InputError(
                 f"cannot start {program!r} on {host}: not executable", source="<command>"
             )
-    elif shutil.which(program, path=path) is None:
-        raise InputError(
-            f"cannot start {program!r} on {host}: no such program on the PATH ({path or ''})",
-            source="<command>",
-        )
+        return
+    dirs = (path or "").split(os.pathsep) + (CONTAINER_PATH.split(":") if inside else [])
+    for folder in filter(None, dirs):
+        candidate = (root / folder.lstrip("/")) / program if inside else Path(folder) / program
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return
+    where = "in its container's PATH" if inside else f"on the PATH ({path or ''})"
+    raise InputError(
+        f"cannot start {program!r} on {host}: no such program {where}", source="<command>"
+    )
 
 
 def _relative(path: Path, base: Path) -> str:

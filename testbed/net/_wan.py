@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -39,6 +40,7 @@ from testbed.errors import CleanupError, ControlError, EmulationError, FloorErro
 from testbed.linkmodel import MAX_ONE_WAY_S
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
+from testbed.net._containers import ContainerSpec, remove_containers, start_containers
 from testbed.net._fidelity import FidelityMonitor
 from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
@@ -165,6 +167,7 @@ class Wan:
         self._closed = False
         self.teardown: dict[str, Any] = {}
         self._root_before = RootSnapshot.take()
+        self._containers: tuple[ContainerSpec, list[str]] | None = None  # open_wan sets it
 
     # -- bring-up ---------------------------------------------------------------------------------
 
@@ -186,7 +189,8 @@ class Wan:
             hosts=len(self.hosts),
             topology=self.topology.source,
         )
-        build_network(self.plan, progress.advance if progress else lambda _k: None)
+        attached = self._start_containers(progress) if self._containers is not None else set()
+        build_network(self.plan, progress.advance if progress else lambda _k: None, attached)
         self._log.write("bringup.network", elapsed_s=round(time.monotonic() - t0, 3))
         iptables = install_queue_rule(self.plan, queue=0)
         self._start_engine(realtime=realtime, seed=seed)
@@ -215,6 +219,41 @@ class Wan:
         self.up_s = time.monotonic() - t0
         self._log.write("bringup.done", up_s=round(self.up_s, 3), clamped=self.clamped)
         self._write_description()
+
+    def _start_containers(self, progress: Any) -> set[str]:
+        """Start the container hosts and name their namespaces as the plan does;
+        returns those names (build_network makes the others)."""
+        assert self._containers is not None
+        spec, names = self._containers
+        if progress:
+            progress.phase("containers")
+        by_name = {h.name: h for h in self.hosts}
+        started = start_containers(
+            self.plan.run_id,
+            {name: by_name[name].netns for name in names},
+            spec,
+            mounts=[str(self.run_dir.resolve())],
+        )
+        hosts = list(self.hosts)
+        for name, box in started.items():
+            host = by_name[name]
+            hosts[host.index] = dataclasses.replace(
+                host,
+                container=box.container,
+                container_pid=box.pid,
+                enter=tuple(box.enter),
+            )
+        self.hosts = tuple(hosts)
+        self._by_name.update({h.name: h for h in self.hosts})
+        self._by_name.update({h.node: h for h in self.hosts if h.container})
+        self._log.write(
+            "bringup.containers",
+            image=spec.image,
+            hosts=sorted(started, key=lambda n: by_name[n].index),
+            cpus=spec.cpus,
+            memory_mb=spec.memory_mb,
+        )
+        return {by_name[name].netns for name in started}
 
     def _shell_started(self, pid: int) -> None:
         """A Mininet shell started (on first use): `testbed clean` must know it."""
@@ -756,6 +795,8 @@ class Wan:
                 from testbed.net._mininet import stop_shells
 
                 stop_shells(self._shells)
+            if self._containers is not None:
+                problems += remove_containers(self.plan.run_id)
             pids, alive, _removed = remove_run(self.plan.netns_names, self._record.pids)
             if alive:
                 problems.append(f"processes still alive: {alive}")
@@ -763,7 +804,10 @@ class Wan:
             self.teardown = {"down_s": round(self.down_s, 3), "swept_pids": len(pids)}
             try:
                 self.teardown["leftovers"] = leftovers(
-                    self.plan.run_id, self._record.pids, self._root_before
+                    self.plan.run_id,
+                    self._record.pids,
+                    self._root_before,
+                    containers=self._containers is not None,
                 )
             except OSError as exc:
                 problems.append(f"counting leftovers: {exc}")
@@ -964,6 +1008,7 @@ def open_wan(
     calibrate: bool = True,
     realtime: bool = True,
     progress: Any = None,
+    containers: ContainerSpec | Mapping[str, Any] | str | None = None,
 ) -> Wan:
     """Bring up an emulated WAN and return it (close it, or use `with`).
 
@@ -984,6 +1029,9 @@ def open_wan(
         realtime: run the delay engine with SCHED_FIFO priority.
         progress: an object with advance(kind) and phase(name) (the CLI passes a
             rich progress display), or None.
+        containers: make hosts Docker containers (docs/emulator.md): an image
+            name (every host), or a ContainerSpec / mapping of image, hosts (a
+            count: the last N; or names), cpus (cores), memory_mb.
 
     Raises:
         TopologyError, FloorError: bad topology, selection or latencies; nothing was created.
@@ -1002,9 +1050,12 @@ def open_wan(
             hosts = [h for h in hosts.split(",") if h]
         topo = topo.select(hosts=hosts)
     topo = topo.scaled(scale)
+    boxes = None if containers is None else ContainerSpec.of(containers)
+    boxed = boxes.chosen([f"h{k + 1}" for k in range(topo.n)]) if boxes is not None else []
     folder = new_run_dir(name, run_dir)
     plan = plan_network(topo.n, new_run_id())
     wan = Wan(topo, plan, folder, scale=scale)
+    wan._containers = (boxes, boxed) if boxes is not None and boxed else None
     if progress:
         progress.start(len(plan.hosts))
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from testbed.engines.emu import resident_kb
+from testbed.errors import EmulationError
 from testbed.net import BOUND_ABS_MS, BOUND_REL, EmuHost, IcmpProber, Wan, open_wan, rtt_errors
 
 __all__ = ["BOUND_ABS_MS", "BOUND_REL", "bringup_cost", "delay_fidelity"]
@@ -165,6 +166,49 @@ def bringup_cost(
         "floor_rtt_ms": calibration.floor_rtt_ms if calibration else None,
         "clamped_pairs": clamped,
         "engine_resident_kb": engine_kb,
+        "run_dir": str(wan.run_dir),
+    }
+
+
+# A CPU-bound program of fixed work: the same on a namespace host and in a container.
+# It prints the wall time of its work alone (not the interpreter's start).
+CPU_WORK = "import time; t = time.monotonic(); sum(i * i for i in range({n})); print(time.monotonic() - t)"
+
+
+def container_cpu(
+    cpus: float, *, loops: int = 30_000_000, repeat: int = 3, run_dir: str | None = None
+) -> dict[str, Any]:
+    """The wall time of one CPU-bound program on a namespace host and on a container
+    host limited to `cpus` cores, run alternately `repeat` times; the median ratio
+    (container / namespace) should be about 1 / cpus for cpus < 1."""
+    wan = open_wan(
+        "planetlab",
+        hosts=2,
+        clamp=True,
+        name="bench-container-cpu",
+        run_dir=run_dir,
+        containers={"hosts": ["h2"], "cpus": cpus},
+    )
+    walls: dict[str, list[float]] = {"h1": [], "h2": []}
+    try:
+        # Debian's interpreter on both (the image's; on the host PATH may find another).
+        program = ["/usr/bin/python3", "-c", CPU_WORK.format(n=loops)]
+        for _ in range(repeat):
+            for host in ("h1", "h2"):
+                (result,) = wan.exec(program, hosts=[host], label="cpu", timeout_s=600)
+                if result.returncode != 0:
+                    raise EmulationError(f"the CPU program failed on {host}: {result.stderr()}")
+                walls[host].append(float(result.stdout().split()[-1]))
+    finally:
+        wan.close()
+    namespace, container = (float(np.median(walls[h])) for h in ("h1", "h2"))
+    return {
+        "cpus": cpus,
+        "namespace_s": round(namespace, 3),
+        "container_s": round(container, 3),
+        "ratio": round(container / namespace, 3),
+        "expected_ratio": round(max(1.0, 1.0 / cpus), 3),
+        "runs": {k: [round(v, 3) for v in vs] for k, vs in walls.items()},
         "run_dir": str(wan.run_dir),
     }
 
