@@ -172,7 +172,9 @@ def bringup_cost(
 
 # A CPU-bound program of fixed work: the same on a namespace host and in a container.
 # It prints the wall time of its work alone (not the interpreter's start).
-CPU_WORK = "import time; t = time.monotonic(); sum(i * i for i in range({n})); print(time.monotonic() - t)"
+CPU_WORK = (
+    "import time; t = time.monotonic(); sum(i * i for i in range({n})); print(time.monotonic() - t)"
+)
 
 
 def container_cpu(
