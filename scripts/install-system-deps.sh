@@ -10,6 +10,7 @@
 #   python3-venv the project's virtual environment (.venv)
 #   docker.io    container hosts (dockerd is started by the testbed when needed)
 #   debootstrap  builds the container hosts' Debian image (scripts/build-image.sh)
+#   chromium     the tests render run reports (report.html) in it, headless
 set -eu
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,6 +34,7 @@ need procps       sh -c 'command -v ps'
 need python3-venv /usr/bin/python3 -c 'import ensurepip, venv'
 need docker.io    sh -c 'command -v dockerd'
 need debootstrap  sh -c 'command -v debootstrap'
+need chromium     sh -c 'command -v chromium'
 
 if [ -z "$missing" ]; then
     exit 0

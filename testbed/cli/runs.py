@@ -143,6 +143,20 @@ def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Pat
         raise
 
 
+@cli.command(name="report")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False))
+@handled
+def report_(run_dir: str) -> None:
+    """Write a run folder's timeline.png and report.html again (an emulated run writes
+    them when it ends); prints the page's path."""
+    from testbed.experiments.report import write_report
+
+    folder = Path(run_dir)
+    if not (folder / "summary.json").is_file():
+        raise InputError("not a run folder: it has no summary.json", source=run_dir)
+    print(write_report(folder))
+
+
 def _report_failure(out: Path | None, name: str, started: float) -> None:
     """After a run failed: its folder and the programs on its hosts that failed or
     still ran, with the tail of their output (nothing if it made no folder)."""

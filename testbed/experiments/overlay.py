@@ -46,6 +46,7 @@ from testbed.engines.peers import build_node_config, draw_point
 from testbed.engines.sim import SimEngine
 from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
+from testbed.experiments.report import report_quietly
 from testbed.experiments.run import Report, Run, RunResult
 from testbed.spec import DtmTechnique, ExperimentSpec, NodeSpec, PhaseSpec
 from testbed.topology import (
@@ -200,6 +201,10 @@ class _OverlayRun:
             self.actions.close()
             self.checks_log.close()
             result = self.run.finish(self._summary(status, wall0, engine_summary))
+            if self.spec.engine == "emu":  # timeline.png and report.html beside the summary
+                problem = report_quietly(self.run.dir)
+                if problem:
+                    self.report.say(f"no report: {problem}")
         self.run.raise_teardown_error()
         return result
 

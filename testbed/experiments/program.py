@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.churn import Schedule, Universe, schedule_for
+from testbed.experiments.report import report_quietly
 from testbed.experiments.run import Report, Run, RunResult
 from testbed.net import open_wan, process_report
 from testbed.spec import ProgramSpec
@@ -103,6 +104,9 @@ def run_program(
             if summary["status"] != "complete":
                 summary["failure_report"] = process_report(run.dir / "wan")
             result = run.finish(summary)
+            problem = report_quietly(run.dir)  # timeline.png and report.html
+            if problem:
+                report.say(f"no report: {problem}")
         run.raise_teardown_error()
         return result
 
