@@ -81,6 +81,21 @@ def _ensure_netns_dir() -> None:
 _netns_dir_ready = False
 
 
+def _mount_point(name: str) -> Path:
+    """The empty file /run/netns/<name> a namespace is bind-mounted on (made here).
+
+    Raises:
+        FileExistsError: the name is taken.
+    """
+    global _netns_dir_ready
+    if not _netns_dir_ready:
+        _ensure_netns_dir()
+        _netns_dir_ready = True
+    path = NETNS_DIR / name
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    return path
+
+
 def create_netns(name: str, sysctls: Mapping[str, str | int] | None = None) -> None:
     """Create the named network namespace /run/netns/<name>, and write its `sysctls`
     (net.* keys) while inside it (no second setns).
@@ -89,12 +104,7 @@ def create_netns(name: str, sysctls: Mapping[str, str | int] | None = None) -> N
         FileExistsError: it already exists.
         OSError: the kernel refused (the mount point is removed again).
     """
-    global _netns_dir_ready
-    if not _netns_dir_ready:
-        _ensure_netns_dir()
-        _netns_dir_ready = True
-    path = NETNS_DIR / name
-    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    path = _mount_point(name)
     saved = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         _check(_libc.unshare(CLONE_NEWNET), "unshare", name)
@@ -124,12 +134,7 @@ def attach_netns(name: str, pid: int, sysctls: Mapping[str, str | int] | None = 
         FileExistsError: the name is taken.
         OSError: the kernel refused, or `pid` is gone (the mount point is removed again).
     """
-    global _netns_dir_ready
-    if not _netns_dir_ready:
-        _ensure_netns_dir()
-        _netns_dir_ready = True
-    path = NETNS_DIR / name
-    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    path = _mount_point(name)
     try:
         source = f"/proc/{pid}/ns/net".encode()
         _check(_libc.mount(source, bytes(path), b"none", MS_BIND, None), "bind mount", name)

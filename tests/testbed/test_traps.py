@@ -89,3 +89,18 @@ def test_a_folder_named_testbed_in_the_current_folder_does_not_shadow_the_packag
         check=True,
     )
     assert Path(out.stdout.strip()) == Path(__file__).resolve().parents[2] / "testbed" / "runs.py"
+
+
+def test_topology_show_prints_one_pairs_rtt_by_node_or_host_name():
+    cli = [sys.executable, "-m", "testbed.cli", "topology", "show", "planetlab", "--hosts", "8"]
+    out = subprocess.run(
+        [*cli, "--pair", "n0,n5", "--pair", "h1,h6", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = json.loads(out.stdout)["pairs"]
+    assert rows[0] == rows[1] and rows[0]["host_b"] == "h6"
+    assert rows[0]["rtt_ms"] == pytest.approx(2 * rows[0]["one_way_ms"]) and rows[0]["rtt_ms"] > 0
+    bad = subprocess.run([*cli, "--pair", "h1,h99"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no node or host named 'h99'" in bad.stderr

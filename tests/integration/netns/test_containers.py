@@ -151,3 +151,15 @@ def _gone(pid: int) -> bool:
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_up_brings_container_hosts_up_and_down(tmp_path):
+    out = subprocess.run(
+        [*CLI, "up", "planetlab", "--hosts", "4", "--clamp", "--container", DEFAULT_IMAGE,
+         "--containers", "2", "--no-cli", "--out", str(tmp_path / "up")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "containers" in out.stderr and "h3..h4" in out.stderr  # the table goes to stderr
+    emulation = json.loads((tmp_path / "up" / "emulation.json").read_text())
+    assert emulation["teardown"]["leftovers"]["containers"] == 0

@@ -216,3 +216,34 @@ def test_runtime_control_traps_are_refused_with_the_users_names(wan):
     log = (wan.run_dir / "engine" / "engine.log").read_text().splitlines()
     applied = [json.loads(line) for line in log if '"op":"partition","ok":true' in line]
     assert applied[-1]["args"]["groups"] == [["h1"], ["h2"]]  # hosts by name, not index
+
+
+def test_a_campaign_runs_a_program_spec_under_each_script_and_seed(tmp_path):
+    from testbed.experiments.campaign import run_campaign
+
+    scripts = []
+    for name, body in (
+        ("crashes", "at 0s join 5\nat 2s crash 1\n"),
+        ("leaves", "at 0s join 5\nat 2s leave 1\n"),
+    ):
+        path = tmp_path / f"{name}.churn"
+        path.write_text(body + "at 6s stop\n")
+        scripts.append(str(path))
+    spec, _ = load_any_spec(
+        None,
+        [],
+        defaults={
+            "kind": "program",
+            "name": "gossip-campaign",
+            "command": COMMAND,
+            "check": CHECK,
+            "topology": {"ref": "planetlab", "hosts": 6, "clamp": True},
+            "churn": {"settle_s": 2.5},
+            "campaign": {"scripts": scripts, "seeds": [1, 2]},
+        },
+    )
+    folder, result = run_campaign(spec, out=tmp_path / "campaign")
+    assert result["status"] == "complete" and result["runs"] == 4
+    assert result["violations"] == 0, result["violating_checks"]
+    assert all(row["status"] == "complete" for row in result["rows"])
+    assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
