@@ -509,7 +509,7 @@ def _check_command(wan: Wan, check: str | Sequence[str], check_on: str) -> None:
         for host in wan.hosts:
             wan.command_argv(host, argv)
         return
-    check_program(argv[0], "the root namespace", None)
+    check_program(argv[0], "the testbed's namespace (check_on='root')", None)
 
 
 def _folder(run_dir: Path) -> Path:

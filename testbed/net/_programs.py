@@ -335,6 +335,8 @@ CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def check_program(program: str, host: str, path: str | None, *, root: Path = Path("/")) -> None:
     """InputError unless `program` exists as `host` sees it (its file system at `root`)."""
     inside = root != Path("/")
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
     if "/" in program:
         seen = root / program.lstrip("/") if program.startswith("/") else Path(program)
         if not seen.is_file():

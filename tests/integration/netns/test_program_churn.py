@@ -22,7 +22,8 @@ COMMAND = (
     f"{sys.executable} {EXAMPLE}/gossip.py --name {{name}} --ip {{ip}} --peers {{peers}} "
     "--views {run}/views"
 )
-CHECK = f"{sys.executable} {EXAMPLE}/check.py {{run}}/views {{members}}"
+# By name: the check's program is looked up on the PATH (Debian's python3 or another).
+CHECK = f"python3 {EXAMPLE}/check.py {{run}}/views {{members}}"
 
 SCRIPT = """
 from 0s to 2s join 20
