@@ -3,8 +3,8 @@
 #
 # The timeline has three panels on the run's clock: the actions applied (a mark
 # per action, by verb), the members and the violations (or failed checks) found
-# at each check, and the WAN's delivered RTT error per fidelity round (p50 and
-# p99, against the bound). The page shows the summary's figures as tables, the
+# at each check, and the WAN's delivered RTT error per fidelity round (each
+# sampled pair's median, and p50 and p99 over the round, against the bound). The page shows the summary's figures as tables, the
 # timeline and the checks; it needs no script and no network (the plot is
 # embedded). Any folder of an overlay or program run can be reported again with
 # `testbed report RUN_DIR`.
@@ -85,6 +85,10 @@ def _timeline(run_dir: Path, title: str) -> Path | None:
     middle.set_title("at each check")
     if rounds and t0 is not None:
         when = [r["started"] - t0 for r in rounds]
+        dots = [(r["started"] - t0, pair[2]) for r in rounds for pair in r.get("pair_error_ms", [])]
+        if dots:
+            xs, ys = zip(*dots, strict=True)
+            bottom.scatter(xs, ys, s=6, alpha=0.35, color="grey", label="a pair (median)")
         bottom.plot(when, [r["error_p50_ms"] for r in rounds], "o-", label="p50")
         bottom.plot(when, [r["error_p99_ms"] for r in rounds], "s-", label="p99")
         bottom.axhline(0.5, color="grey", linestyle="--", label="0.5 ms (bound for RTT <= 25 ms)")

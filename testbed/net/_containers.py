@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import EmulationError, InputError
 from testbed.net._netns import attach_netns
@@ -43,6 +44,7 @@ __all__ = [
     "enter_argv",
     "ensure_docker",
     "cgroup_limits",
+    "container_groups",
     "remove_containers",
     "run_containers",
     "start_containers",
@@ -140,6 +142,31 @@ class ContainerSpec:
             )
         spec.check()
         return spec
+
+
+def container_groups(value: Any, names: Sequence[str]) -> list[tuple[ContainerSpec, list[str]]]:
+    """open_wan's `containers` (None, one spec, or a list of specs each for its own
+    hosts) as (spec, host names) groups; InputError for a host in two groups."""
+    if value is None:
+        return []
+    specs = (
+        [ContainerSpec.of(v) for v in value]
+        if isinstance(value, list | tuple)
+        else [ContainerSpec.of(value)]
+    )
+    groups, seen = [], {}
+    for k, spec in enumerate(specs):
+        chosen = spec.chosen(names)
+        for host in chosen:
+            if host in seen:
+                raise InputError(
+                    f"containers: {host} is in group {seen[host] + 1} and in group {k + 1}",
+                    source="<containers>",
+                )
+            seen[host] = k
+        if chosen:
+            groups.append((spec, chosen))
+    return groups
 
 
 def _docker() -> str:

@@ -227,6 +227,12 @@ class FidelityMonitor:
             measured.extend(r * 1e3 for r in rtts)
             configured.extend([expected[k]] * len(rtts))
         errors = rtt_errors(np.asarray(measured), np.asarray(configured))
+        # Each pair's median |error| (host indices, 1-based as the names: h<k>), for plots.
+        per_pair = [
+            [a + 1, b + 1, round(float(np.median(np.abs(np.asarray(rtts) * 1e3 - expected[k]))), 4)]
+            for k, ((a, b), rtts) in enumerate(zip(pairs, result.rtts_s, strict=True))
+            if rtts
+        ]
         self._log.write(
             "fidelity.round",
             started=round(started, 3),
@@ -237,6 +243,7 @@ class FidelityMonitor:
             error_p99_ms=errors["rtt_error_ms"]["p99"] if measured else None,
             within_bound=errors["within_bound"],
             engine_lateness_us=lateness,
+            pair_error_ms=per_pair,
         )
         with self._lock:
             for bucket in (self._all, self._since):

@@ -40,7 +40,12 @@ from testbed.errors import CleanupError, ControlError, EmulationError, FloorErro
 from testbed.linkmodel import MAX_ONE_WAY_S
 from testbed.net._build import build_network, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
-from testbed.net._containers import ContainerSpec, remove_containers, start_containers
+from testbed.net._containers import (
+    ContainerSpec,
+    container_groups,
+    remove_containers,
+    start_containers,
+)
 from testbed.net._fidelity import FidelityMonitor
 from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
@@ -167,7 +172,8 @@ class Wan:
         self._closed = False
         self.teardown: dict[str, Any] = {}
         self._root_before = RootSnapshot.take()
-        self._containers: tuple[ContainerSpec, list[str]] | None = None  # open_wan sets it
+        # The container hosts, by group (each its image and limits); open_wan sets it.
+        self._containers: list[tuple[ContainerSpec, list[str]]] | None = None
 
     # -- bring-up ---------------------------------------------------------------------------------
 
@@ -221,39 +227,39 @@ class Wan:
         self._write_description()
 
     def _start_containers(self, progress: Any) -> set[str]:
-        """Start the container hosts and name their namespaces as the plan does;
-        returns those names (build_network makes the others)."""
+        """Start the container hosts (each group with its image and limits) and name
+        their namespaces as the plan does; returns those names (build_network makes
+        the others)."""
         assert self._containers is not None
-        spec, names = self._containers
         if progress:
             progress.phase("containers")
         by_name = {h.name: h for h in self.hosts}
-        started = start_containers(
-            self.plan.run_id,
-            {name: by_name[name].netns for name in names},
-            spec,
-            mounts=[str(self.run_dir.resolve())],
-        )
         hosts = list(self.hosts)
-        for name, box in started.items():
-            host = by_name[name]
-            hosts[host.index] = dataclasses.replace(
-                host,
-                container=box.container,
-                container_pid=box.pid,
-                enter=tuple(box.enter),
+        attached = set()
+        for spec, names in self._containers:
+            started = start_containers(
+                self.plan.run_id,
+                {name: by_name[name].netns for name in names},
+                spec,
+                mounts=[str(self.run_dir.resolve())],
+            )
+            for name, box in started.items():
+                host = by_name[name]
+                hosts[host.index] = dataclasses.replace(
+                    host, container=box.container, container_pid=box.pid, enter=tuple(box.enter)
+                )
+                attached.add(host.netns)
+            self._log.write(
+                "bringup.containers",
+                image=spec.image,
+                hosts=sorted(started, key=lambda n: by_name[n].index),
+                cpus=spec.cpus,
+                memory_mb=spec.memory_mb,
             )
         self.hosts = tuple(hosts)
         self._by_name.update({h.name: h for h in self.hosts})
         self._by_name.update({h.node: h for h in self.hosts if h.container})
-        self._log.write(
-            "bringup.containers",
-            image=spec.image,
-            hosts=sorted(started, key=lambda n: by_name[n].index),
-            cpus=spec.cpus,
-            memory_mb=spec.memory_mb,
-        )
-        return {by_name[name].netns for name in started}
+        return attached
 
     def _shell_started(self, pid: int) -> None:
         """A Mininet shell started (on first use): `testbed clean` must know it."""
@@ -1008,7 +1014,7 @@ def open_wan(
     calibrate: bool = True,
     realtime: bool = True,
     progress: Any = None,
-    containers: ContainerSpec | Mapping[str, Any] | str | None = None,
+    containers: Any = None,
 ) -> Wan:
     """Bring up an emulated WAN and return it (close it, or use `with`).
 
@@ -1031,7 +1037,8 @@ def open_wan(
             rich progress display), or None.
         containers: make hosts Docker containers (docs/emulator.md): an image
             name (every host), or a ContainerSpec / mapping of image, hosts (a
-            count: the last N; or names), cpus (cores), memory_mb.
+            count: the last N; or names), cpus (cores), memory_mb; or a list of
+            such, each for its own hosts (different limits: heterogeneous nodes).
 
     Raises:
         TopologyError, FloorError: bad topology, selection or latencies; nothing was created.
@@ -1050,12 +1057,11 @@ def open_wan(
             hosts = [h for h in hosts.split(",") if h]
         topo = topo.select(hosts=hosts)
     topo = topo.scaled(scale)
-    boxes = None if containers is None else ContainerSpec.of(containers)
-    boxed = boxes.chosen([f"h{k + 1}" for k in range(topo.n)]) if boxes is not None else []
+    groups = container_groups(containers, [f"h{k + 1}" for k in range(topo.n)])
     folder = new_run_dir(name, run_dir)
     plan = plan_network(topo.n, new_run_id())
     wan = Wan(topo, plan, folder, scale=scale)
-    wan._containers = (boxes, boxed) if boxes is not None and boxed else None
+    wan._containers = groups or None
     if progress:
         progress.start(len(plan.hosts))
     try:

@@ -52,7 +52,15 @@ def run_dir(tmp_path: Path) -> Path:
     )  # fmt: skip
     _jsonl(
         folder / "wan" / "fidelity.jsonl",
-        [{"started": t0 + k, "error_p50_ms": 0.02, "error_p99_ms": 0.3} for k in (0, 4, 8)],
+        [
+            {
+                "started": t0 + k,
+                "error_p50_ms": 0.02,
+                "error_p99_ms": 0.3,
+                "pair_error_ms": [[1, 2, 0.01], [3, 4, 0.2]],
+            }
+            for k in (0, 4, 8)
+        ],
     )
     return folder
 

@@ -79,6 +79,19 @@ def test_limits_apply_to_what_runs_on_a_container_host(tmp_path):
             wan.crash("h2")
 
 
+def test_groups_of_containers_have_their_own_limits(tmp_path):
+    # Heterogeneous nodes: a slow group and a fast one, beside namespace hosts.
+    groups = [{"hosts": ["h2", "h3"], "cpus": 0.25}, {"hosts": ["h4"], "cpus": 1.5}]
+    with open_wan(
+        "planetlab", hosts=4, clamp=True, run_dir=tmp_path / "run", containers=groups
+    ) as wan:
+        limits = {h.name: cgroup_limits(h.container_pid)["cpus"] for h in wan.hosts if h.container}
+        assert limits == {"h2": 0.25, "h3": 0.25, "h4": 1.5} and wan.host("h1").container is None
+    with pytest.raises(InputError, match="h3 is in group 1 and in group 2"):
+        open_wan("planetlab", hosts=4, clamp=True, run_dir=tmp_path / "bad",
+                 containers=[{"hosts": ["h3"]}, {"hosts": ["h3", "h4"]}])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("containers", "message"),
     [
