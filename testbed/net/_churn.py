@@ -393,7 +393,7 @@ def apply_churn(
     network is closed. Raises InputError for a bad script, command or option,
     before anything is applied.
     """
-    _check_options(settle_s, check_timeout_s, leave_grace_s, check_on, label, wan)
+    _check_options(settle_s, check_timeout_s, leave_grace_s, check_on, label)
     if not (isinstance(command, str) and command.strip()) and not (
         not isinstance(command, str) and list(command)
     ):
@@ -425,7 +425,7 @@ def apply_churn(
 
     def run(handle: ChurnRun) -> dict[str, Any]:
         return _run(
-            wan, handle, command=command, seed=seed, settle_s=settle_s, check=check,
+            wan, handle, command=command, settle_s=settle_s, check=check,
             check_on=check_on, check_timeout_s=check_timeout_s, leave=leave,
             leave_grace_s=leave_grace_s, label=label, env=env, on_event=on_event,
             fidelity=fidelity,
@@ -445,7 +445,6 @@ def _check_options(
     leave_grace_s: float,
     check_on: str,
     label: str,
-    wan: Wan,
 ) -> None:
     for name, value in (
         ("settle_s", settle_s),
@@ -458,8 +457,6 @@ def _check_options(
         raise InputError(f"check_on: expected 'root' or 'members', not {check_on!r}")
     if not label or "/" in label or label.startswith("."):
         raise InputError(f"label: expected a file name for the program's output, not {label!r}")
-    if len(wan.hosts) < 1:
-        raise InputError("the network has no hosts")
 
 
 def _check_values(wan: Wan, members: Sequence[str], t: float) -> dict[str, str]:
@@ -526,7 +523,6 @@ def _run(
     handle: ChurnRun,
     *,
     command: str | Sequence[str],
-    seed: int,
     settle_s: float,
     check: Check,
     check_on: str,
