@@ -15,7 +15,15 @@ help:
 	@echo "make install  only the set-up: system packages and $(VENV)/"
 	@echo "make clean-net  remove namespaces, links and processes a killed run left behind"
 
-install: system-deps $(VENV)/.installed image
+install: system-deps $(VENV)/.installed image native
+
+# The delay engine's compiled data path (the engine falls back to its Python one,
+# and says so, without it).
+.PHONY: native
+native: testbed/net/delay/_fastpath.so
+
+testbed/net/delay/_fastpath.so: testbed/net/delay/fastpath.c
+	gcc -O2 -g -Wall -Wextra -Werror -shared -fPIC -o $@ $< -lm -lpthread
 
 # The container hosts' Debian image (built once; nothing when it exists).
 .PHONY: image

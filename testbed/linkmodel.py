@@ -29,12 +29,28 @@ import numpy as np
 
 from testbed.errors import ControlError
 
-__all__ = ["DROP_DOWN", "DROP_LOSS", "DROP_PARTITION", "DROP_REASONS", "Jitter", "LinkModel"]
+__all__ = [
+    "DROP_DOWN",
+    "DROP_LOSS",
+    "DROP_PARTITION",
+    "DROP_QUEUE",
+    "DROP_REASONS",
+    "Bandwidth",
+    "Jitter",
+    "LinkModel",
+    "Reorder",
+]
 
 DROP_LOSS = -1.0
 DROP_PARTITION = -2.0
 DROP_DOWN = -3.0
-DROP_REASONS = {DROP_LOSS: "loss", DROP_PARTITION: "partition", DROP_DOWN: "down"}
+DROP_QUEUE = -4.0  # a full bandwidth queue (the engine's per-pair queues only)
+DROP_REASONS = {
+    DROP_LOSS: "loss",
+    DROP_PARTITION: "partition",
+    DROP_DOWN: "down",
+    DROP_QUEUE: "queue",
+}
 
 # A delay above this is certainly a unit mistake (ms given as s, say).
 MAX_ONE_WAY_S = 60.0
@@ -133,6 +149,94 @@ _JITTER_PARAMS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Reorder:
+    """With probability `rate`, a packet is held `gap_ms` longer than its pair's
+    delay, so packets sent up to gap_ms after it overtake it."""
+
+    rate: float
+    gap_ms: float
+
+    def __post_init__(self) -> None:
+        _check_rate("set_reorder", self.rate)
+        if not (
+            isinstance(self.gap_ms, int | float)
+            and math.isfinite(self.gap_ms)
+            and 0 < self.gap_ms <= MAX_ONE_WAY_S * 1e3
+        ):
+            raise ControlError(
+                "set_reorder",
+                f"must be a gap in ms within 0..{MAX_ONE_WAY_S * 1e3:.0f} (exclusive of 0), not {self.gap_ms!r}",
+                field="gap_ms",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """A pair's path bandwidth with a drop-tail queue (bytes or packets, one of them)
+    and optional ECN marking (CE on ECN-capable packets above `ecn_bytes` of backlog)."""
+
+    rate_mbit: float
+    queue_bytes: int = 0
+    queue_packets: int = 0
+    ecn_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.rate_mbit, int | float)
+            and not isinstance(self.rate_mbit, bool)
+            and math.isfinite(self.rate_mbit)
+            and 0.001 <= self.rate_mbit <= 100_000
+        ):
+            raise ControlError(
+                "set_bandwidth",
+                f"must be a rate in Mbit/s within 0.001..100000, not {self.rate_mbit!r}",
+                field="rate_mbit",
+            )
+        for name in ("queue_bytes", "queue_packets", "ecn_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 31:
+                raise ControlError(
+                    "set_bandwidth", f"must be a whole number >= 0, not {value!r}", field=name
+                )
+        if bool(self.queue_bytes) == bool(self.queue_packets):
+            raise ControlError(
+                "set_bandwidth",
+                "give the queue's size in bytes or in packets (one of them, > 0)",
+                field="queue_bytes",
+            )
+        if self.queue_bytes and self.queue_bytes < 1500:
+            raise ControlError(
+                "set_bandwidth",
+                f"a queue of {self.queue_bytes} bytes cannot hold one 1,500-byte packet",
+                field="queue_bytes",
+            )
+        if self.ecn_bytes and self.queue_bytes and self.ecn_bytes >= self.queue_bytes:
+            raise ControlError(
+                "set_bandwidth",
+                f"the ECN threshold ({self.ecn_bytes} bytes) must be below the queue size",
+                field="ecn_bytes",
+            )
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "rate_mbit": self.rate_mbit,
+            "queue_bytes": self.queue_bytes,
+            "queue_packets": self.queue_packets,
+            "ecn_bytes": self.ecn_bytes,
+        }
+
+
+def _check_rate(op: str, rate: float) -> None:
+    if isinstance(rate, bool) or not (isinstance(rate, int | float) and 0.0 <= rate <= 1.0):
+        raise ControlError(op, f"must be a probability within 0..1, not {rate!r}", field="rate")
+
+
+# The fast data path's per-pair parameters, in its struct's order (fastpath.c params_t).
+PairParams = tuple[float, int, float, float, float, float, float, float, float, int, float]
+_JITTER_CODES = {"normal": 1, "uniform": 2, "pareto": 3}
+
+
 def _in_range(row: np.ndarray) -> bool:
     """Every entry a delay in 0..MAX_ONE_WAY_S s (NaN is not)."""
     return bool(row.size == 0 or (row.min() >= 0.0 and row.max() <= MAX_ONE_WAY_S))
@@ -149,9 +253,17 @@ class LinkModel:
         self._loss_all = 0.0
         self._jitter: dict[tuple[int, int], Jitter] = {}
         self._jitter_all: Jitter | None = None
+        self._reorder: dict[tuple[int, int], Reorder] = {}
+        self._reorder_all: Reorder | None = None
+        self._duplicate: dict[tuple[int, int], float] = {}
+        self._duplicate_all = 0.0
+        self._bandwidth: dict[tuple[int, int], Bandwidth] = {}
+        self._bandwidth_all: Bandwidth | None = None
         self._group = [0] * self.n
         self._down = [False] * self.n
         self._extras = False  # anything besides plain delay configured?
+        # Bumped by every change (the engine's fast path copies the model when it moves).
+        self.version = 0
 
     # -- validation helpers ---------------------------------------------------------------------
 
@@ -217,11 +329,18 @@ class LinkModel:
         return [(s, d) for s in sources for d in targets if s != d]
 
     def _refresh(self) -> None:
+        self.version += 1
         self._extras = bool(
             self._loss
             or self._loss_all
             or self._jitter
             or self._jitter_all
+            or self._reorder
+            or self._reorder_all
+            or self._duplicate
+            or self._duplicate_all
+            or self._bandwidth
+            or self._bandwidth_all
             or any(self._down)
             or any(self._group)
         )
@@ -247,9 +366,104 @@ class LinkModel:
             "loss_pairs": [[s, d, p] for (s, d), p in sorted(self._loss.items())],
             "jitter_all": None if self._jitter_all is None else self._jitter_all.to_dict(),
             "jitter_pairs": [[s, d, j.to_dict()] for (s, d), j in sorted(self._jitter.items())],
+            "reorder_all": None
+            if self._reorder_all is None
+            else {"rate": self._reorder_all.rate, "gap_ms": self._reorder_all.gap_ms},
+            "reorder_pairs": [
+                [s, d, {"rate": r.rate, "gap_ms": r.gap_ms}]
+                for (s, d), r in sorted(self._reorder.items())
+            ],
+            "duplicate_all": self._duplicate_all,
+            "duplicate_pairs": [[s, d, p] for (s, d), p in sorted(self._duplicate.items())],
+            "bandwidth_all": None if self._bandwidth_all is None else self._bandwidth_all.to_dict(),
+            "bandwidth_pairs": [
+                [s, d, b.to_dict()] for (s, d), b in sorted(self._bandwidth.items())
+            ],
             "groups": self._group[:],
             "down": [h for h in range(self.n) if self._down[h]],
         }
+
+    def needs_fast_path(self) -> list[str]:
+        """What is configured that only the engine's compiled data path applies
+        (duplication, bandwidth); the simulator and the Python data path refuse them."""
+        needs = []
+        if self._duplicate or self._duplicate_all:
+            needs.append("duplication")
+        if self._bandwidth or self._bandwidth_all:
+            needs.append("bandwidth")
+        return needs
+
+    # -- export for the engine's compiled data path -----------------------------------------------
+
+    def rows(self) -> list[array[float]]:
+        """The delay matrix's rows (the model's own arrays: changes show at once)."""
+        return self._delay
+
+    def host_state(self) -> tuple[list[int], list[bool], bool]:
+        """(partition group per host, down flag per host, anything besides delay?)."""
+        return self._group, self._down, self._extras
+
+    def pair_params(self) -> tuple[PairParams, dict[tuple[int, int], PairParams]]:
+        """The all-pairs default and every pair with a setting of its own, as the
+        compiled data path's parameter tuples (seconds and bytes)."""
+
+        def params(
+            loss: float,
+            jitter: Jitter | None,
+            reorder: Reorder | None,
+            duplicate: float,
+            bandwidth: Bandwidth | None,
+        ) -> PairParams:
+            code, j1, j2 = 0, 0.0, 0.0
+            if jitter is not None:
+                code = _JITTER_CODES[jitter.dist]
+                if jitter.dist == "normal":
+                    j1 = jitter.sigma_ms / 1e3
+                elif jitter.dist == "uniform":
+                    j1 = jitter.width_ms / 1e3
+                else:
+                    j1, j2 = jitter.mean_ms * (jitter.alpha - 1.0) / 1e3, jitter.alpha
+            rate_bps = queue_bytes = ecn_bytes = 0.0
+            queue_packets = 0
+            if bandwidth is not None:
+                rate_bps = bandwidth.rate_mbit * 1e6 / 8
+                queue_bytes = float(bandwidth.queue_bytes)
+                queue_packets = bandwidth.queue_packets
+                ecn_bytes = float(bandwidth.ecn_bytes)
+            return (
+                loss,
+                code,
+                j1,
+                j2,
+                reorder.rate if reorder else 0.0,
+                reorder.gap_ms / 1e3 if reorder else 0.0,
+                duplicate,
+                rate_bps,
+                queue_bytes,
+                queue_packets,
+                ecn_bytes,
+            )
+
+        keys = set(self._loss) | set(self._jitter) | set(self._reorder)
+        keys |= set(self._duplicate) | set(self._bandwidth)
+        default = params(
+            self._loss_all,
+            self._jitter_all,
+            self._reorder_all,
+            self._duplicate_all,
+            self._bandwidth_all,
+        )
+        pairs = {
+            pair: params(
+                self._loss.get(pair, self._loss_all),
+                self._jitter.get(pair, self._jitter_all),
+                self._reorder.get(pair, self._reorder_all),
+                self._duplicate.get(pair, self._duplicate_all),
+                self._bandwidth.get(pair, self._bandwidth_all),
+            )
+            for pair in keys
+        }
+        return default, pairs
 
     # -- the hot path -----------------------------------------------------------------------------
 
@@ -270,6 +484,9 @@ class LinkModel:
             delay += jitter.sample_s(rng)
             if delay < 0.0:
                 delay = 0.0
+        reorder = self._reorder.get((src, dst), self._reorder_all)
+        if reorder is not None and rng.random() < reorder.rate:
+            delay += reorder.gap_ms / 1e3
         return delay
 
     def blocked(self, src: int, dst: int) -> float:
@@ -303,6 +520,7 @@ class LinkModel:
         pairs = self._pairs("set_delay", src, dst)
         for s, d in pairs:
             self._delay[s][d] = float(one_way_s)
+        self.version += 1
         return len(pairs)
 
     def scale(self, factor: float) -> None:
@@ -319,10 +537,12 @@ class LinkModel:
                 field="factor",
             )
         self._delay = [array("d", (v * factor for v in row)) for row in self._delay]
+        self.version += 1
 
     def load(self, one_way_s: Sequence[Sequence[float]] | np.ndarray) -> None:
         """Replace the whole delay matrix (same host count)."""
         self._delay = self._check_matrix("load_matrix", one_way_s, self.n)
+        self.version += 1
 
     def set_loss(
         self, rate: float, src: Iterable[int] | None = None, dst: Iterable[int] | None = None
@@ -359,6 +579,62 @@ class LinkModel:
                 self._jitter.pop(pair, None)
             else:
                 self._jitter[pair] = jitter
+        self._refresh()
+        return len(pairs)
+
+    def set_reorder(
+        self,
+        reorder: Reorder | None,
+        src: Iterable[int] | None = None,
+        dst: Iterable[int] | None = None,
+    ) -> int:
+        """Set (or with None, remove) reordering of every pair in src x dst (None = all pairs)."""
+        return self._set_sparse(
+            "set_reorder", self._reorder, "_reorder_all", reorder, src, dst, absent=None
+        )
+
+    def set_duplicate(
+        self, rate: float, src: Iterable[int] | None = None, dst: Iterable[int] | None = None
+    ) -> int:
+        """Set the probability that a packet of each pair in src x dst is delivered twice."""
+        _check_rate("set_duplicate", rate)
+        return self._set_sparse(
+            "set_duplicate", self._duplicate, "_duplicate_all", float(rate), src, dst, absent=0.0
+        )
+
+    def set_bandwidth(
+        self,
+        bandwidth: Bandwidth | None,
+        src: Iterable[int] | None = None,
+        dst: Iterable[int] | None = None,
+    ) -> int:
+        """Set (or with None, remove) the path bandwidth of every pair in src x dst."""
+        return self._set_sparse(
+            "set_bandwidth", self._bandwidth, "_bandwidth_all", bandwidth, src, dst, absent=None
+        )
+
+    def _set_sparse(
+        self,
+        op: str,
+        table: dict[tuple[int, int], Any],
+        all_name: str,
+        value: Any,
+        src: Iterable[int] | None,
+        dst: Iterable[int] | None,
+        *,
+        absent: Any,
+    ) -> int:
+        if src is None and dst is None:
+            setattr(self, all_name, value)
+            table.clear()
+            self._refresh()
+            return self.n * (self.n - 1)
+        pairs = self._pairs(op, src, dst)
+        for pair in pairs:
+            if value == absent and getattr(self, all_name) == absent:
+                table.pop(pair, None)
+            else:
+                table[pair] = value
         self._refresh()
         return len(pairs)
 

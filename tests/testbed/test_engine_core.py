@@ -5,6 +5,7 @@ import random
 import pytest
 
 from testbed.linkmodel import LinkModel
+from testbed.net.delay import _fast
 from testbed.net.delay._core import DelayCore
 from testbed.net.delay._nfqueue import NF_ACCEPT, NF_DROP
 
@@ -15,8 +16,28 @@ def ip(k: int) -> int:
     return BASE + k + 1
 
 
+# Every test runs on both data paths: the Python reference (DelayCore) and the
+# compiled one (fastpath.c), which must agree packet for packet.
+@pytest.fixture(params=["python", "c"], autouse=True)
+def datapath(request):
+    if request.param == "c":
+        lib, why = _fast.load()
+        assert lib is not None, f"the compiled data path is not built: {why}"
+    return request.param
+
+
+_current = {}
+
+
+@pytest.fixture(autouse=True)
+def _remember(datapath):
+    _current["datapath"] = datapath
+
+
 def core(offset_s=0.0):
     delays = [[0.0, 0.010, 0.020], [0.030, 0.0, 0.005], [0.020, 0.005, 0.0]]
+    if _current["datapath"] == "c":
+        return _fast.FastCore(LinkModel(delays), ip_base=BASE, seed=0, path_offset_s=offset_s)
     return DelayCore(LinkModel(delays), ip_base=BASE, rng=random.Random(0), path_offset_s=offset_s)
 
 
@@ -75,7 +96,7 @@ def test_drops_are_counted_per_pair_and_reason():
     c.model.set_down(2, False)
     c.model.set_loss(1.0, src=[1], dst=[0])
     assert c.packet_in(2, 1.0, ip(1), ip(0), 60, now=1.0) == NF_DROP
-    assert c.drops == {"loss": 1, "partition": 0, "down": 1}
+    assert c.drops == {"loss": 1, "partition": 0, "down": 1, "queue": 0}
     assert c.counters()["pairs"] == [[0, 2, 0, 0, 1], [1, 0, 0, 0, 1]]
 
 

@@ -31,6 +31,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ import msgspec
 import numpy as np
 
 from testbed.errors import ControlError
-from testbed.linkmodel import MAX_ONE_WAY_S, Jitter, LinkModel
+from testbed.linkmodel import MAX_ONE_WAY_S, Bandwidth, Jitter, LinkModel, Reorder
+from testbed.net.delay import _fast
 from testbed.net.delay._core import DelayCore
 from testbed.net.delay._nfqueue import NF_DROP, NfQueue, parse_packet_untrusted
 from testbed.net.delay._protocol import MAX_LINE_BYTES, read_delay_file
@@ -81,6 +83,9 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
     path_offset_s: float = 0.0
     floor_one_way_s: float = 0.0
     stats_interval_s: float = 5.0
+    # "auto": the compiled data path (fastpath.c) when it is built, else Python;
+    # "c" refuses to start without it; "python" is the reference implementation.
+    datapath: str = "auto"
 
 
 def _percentiles_us(values: list[float]) -> dict[str, float | int]:
@@ -109,12 +114,23 @@ class DelayEngine:
         self.n = config.hosts
         self.floor_one_way_s = config.floor_one_way_s
         self.model = LinkModel(read_delay_file(config.matrix_path, self.n))
-        self.core = DelayCore(
-            self.model,
-            ip_base=config.ip_base,
-            rng=random.Random(config.seed),
-            path_offset_s=config.path_offset_s,
-        )
+        self.core: DelayCore | _fast.FastCore
+        self.datapath, self.datapath_note = _choose_datapath(config.datapath)
+        if self.datapath == "c":
+            self.core = _fast.FastCore(
+                self.model,
+                ip_base=config.ip_base,
+                seed=config.seed,
+                path_offset_s=config.path_offset_s,
+                queue=config.queue,
+            )
+        else:
+            self.core = DelayCore(
+                self.model,
+                ip_base=config.ip_base,
+                rng=random.Random(config.seed),
+                path_offset_s=config.path_offset_s,
+            )
         self.early_s = 0.0
         self.lead_s = 0.0
         self.started = time.time()
@@ -177,10 +193,15 @@ class DelayEngine:
                     hosts=self.n,
                     queue=self.config.queue,
                     realtime=self.realtime,
+                    datapath=self.datapath,
+                    **({"datapath_note": self.datapath_note} if self.datapath_note else {}),
                 )
                 if ready_fd is not None:
                     os.write(ready_fd, f"READY {os.getpid()}\n".encode())
                     os.close(ready_fd)
+                if isinstance(self.core, _fast.FastCore):
+                    self._serve_fast(self.core, nfq, listener, wake_r)
+                    return
                 try:
                     self._loop(nfq, listener, wake_r)
                 finally:
@@ -207,7 +228,61 @@ class DelayEngine:
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._stopping = True
 
-    # -- the loop -----------------------------------------------------------------------------------
+    # -- the loops ----------------------------------------------------------------------------------
+
+    def _serve_fast(
+        self,
+        core: _fast.FastCore,
+        nfq: NfQueue,
+        listener: socket.socket,
+        wake_r: socket.socket,
+    ) -> None:
+        """The compiled data path reads the queue in its own thread; this one
+        serves control requests, stats and signals."""
+        core.attach(nfq.fileno())
+        outcome: dict[str, int] = {}
+
+        def data() -> None:
+            outcome["errno"] = core.run()  # held packets are dropped when it returns
+
+        thread = threading.Thread(target=data, name="datapath", daemon=True)
+        held_before = 0
+        thread.start()
+        try:
+            self._control_loop(listener, wake_r, thread)
+        finally:
+            held_before = core.held
+            core.stop()
+            thread.join()
+            code = outcome.get("errno", 0)
+            if code:
+                self.log("error", message=f"reading the queue failed: {os.strerror(code)}")
+            self.log("stop", stats=self._op_stats({}), dropped_in_flight=held_before)
+
+    def _control_loop(
+        self, listener: socket.socket, wake_r: socket.socket, thread: threading.Thread
+    ) -> None:
+        next_stats = time.time() + self.config.stats_interval_s
+        while not self._stopping and thread.is_alive():
+            # At most 1 s: a data thread that ended on an error is noticed soon.
+            timeout = min(1.0, max(0.0, next_stats - time.time()))
+            readable, _, _ = select.select([listener, wake_r, *self._clients], [], [], timeout)
+            if wake_r in readable:
+                try:
+                    wake_r.recv(64)
+                except BlockingIOError:
+                    pass
+            if listener in readable:
+                self._accept(listener)
+            for fd in readable:
+                if isinstance(fd, int) and fd in self._clients:
+                    self._read_client(fd)
+            if time.time() >= next_stats:
+                self.log("stats", **self._op_stats({}))
+                next_stats = time.time() + self.config.stats_interval_s
+        self.log("shutdown", reason="request or signal" if self._stopping else "data path ended")
+
+    # -- the Python data path -----------------------------------------------------------------------
 
     def _loop(self, nfq: NfQueue, listener: socket.socket, wake_r: socket.socket) -> None:
         core = self.core
@@ -323,6 +398,8 @@ class DelayEngine:
             if handler is None:
                 raise ControlError(op, f"unknown operation; known: {', '.join(sorted(self._ops))}")
             result = handler(request)
+            if isinstance(self.core, _fast.FastCore) and self.core._synced != self.model.version:
+                self.core.sync()
         except ControlError as exc:
             if exc.op not in ("stats", "counters", "ping", "describe", "one_way"):
                 self.log("control", op=op, ok=False, error=str(exc))
@@ -409,22 +486,31 @@ class DelayEngine:
     def _op_stats(self, args: dict[str, Any]) -> dict[str, Any]:
         self._args("stats", args)
         core = self.core
+        if isinstance(core, _fast.FastCore):
+            figures = core.figures()
+            early_s, lead_s = figures.pop("early_s"), figures.pop("lead_s")
+        else:
+            figures = {
+                "packets_in": core.packets_in,
+                "forwarded": core.forwarded(),
+                "foreign": core.foreign,
+                "no_timestamp": core.no_timestamp,
+                "held": core.held,
+                "max_held": core.max_held,
+                "drops": dict(core.drops),
+            }
+            early_s, lead_s = self.early_s, self.lead_s
         return {
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 3),
             "hosts": self.n,
             "realtime": self.realtime,
-            "packets_in": core.packets_in,
-            "forwarded": core.forwarded(),
-            "foreign": core.foreign,
-            "no_timestamp": core.no_timestamp,
-            "held": core.held,
-            "max_held": core.max_held,
-            "drops": dict(core.drops),
+            "datapath": self.datapath,
+            **figures,
             "lateness_us": _percentiles_us(core.lateness_s()),
             "immediate_us": _percentiles_us(core.immediate_s()),
-            "early_us": round(self.early_s * 1e6, 1),
-            "lead_us": round(self.lead_s * 1e6, 1),
+            "early_us": round(early_s * 1e6, 1),
+            "lead_us": round(lead_s * 1e6, 1),
             "path_offset_us": round(core.path_offset_s * 1e6, 1),
             "floor_one_way_us": round(self.floor_one_way_s * 1e6, 1),
             "kernel": _kernel_queue_stats(self.config.queue),
@@ -531,6 +617,66 @@ class DelayEngine:
         )
         return {"pairs": pairs}
 
+    def _op_set_reorder(self, args: dict[str, Any]) -> dict[str, Any]:
+        rate, gap_ms, src, dst = self._args(
+            "set_reorder",
+            args,
+            rate=((int, float), ...),
+            gap_ms=((int, float), None),
+            src=(list, None),
+            dst=(list, None),
+        )
+        src = self._hosts_arg("set_reorder", "src", src)
+        dst = self._hosts_arg("set_reorder", "dst", dst)
+        reorder = None
+        if rate:
+            if gap_ms is None:
+                raise ControlError("set_reorder", "missing argument", field="gap_ms")
+            reorder = Reorder(rate, gap_ms)
+        elif not (isinstance(rate, int | float) and rate == 0):
+            raise ControlError("set_reorder", f"must be within 0..1, not {rate!r}", field="rate")
+        return {"pairs": self.model.set_reorder(reorder, src, dst)}
+
+    def _needs_c(self, op: str) -> None:
+        if self.datapath != "c":
+            raise ControlError(
+                op,
+                f"needs the compiled data path, and this engine runs the Python one ({self.datapath_note})",
+            )
+
+    def _op_set_duplicate(self, args: dict[str, Any]) -> dict[str, Any]:
+        rate, src, dst = self._args(
+            "set_duplicate", args, rate=((int, float), ...), src=(list, None), dst=(list, None)
+        )
+        src = self._hosts_arg("set_duplicate", "src", src)
+        dst = self._hosts_arg("set_duplicate", "dst", dst)
+        if rate:
+            self._needs_c("set_duplicate")
+        return {"pairs": self.model.set_duplicate(rate, src, dst)}
+
+    def _op_set_bandwidth(self, args: dict[str, Any]) -> dict[str, Any]:
+        rate, queue_bytes, queue_packets, ecn_bytes, src, dst = self._args(
+            "set_bandwidth",
+            args,
+            rate_mbit=((int, float), None),
+            queue_bytes=(int, 0),
+            queue_packets=(int, 0),
+            ecn_bytes=(int, 0),
+            src=(list, None),
+            dst=(list, None),
+        )
+        src = self._hosts_arg("set_bandwidth", "src", src)
+        dst = self._hosts_arg("set_bandwidth", "dst", dst)
+        bandwidth = None
+        if rate is not None:
+            bandwidth = Bandwidth(rate, queue_bytes, queue_packets, ecn_bytes)
+            self._needs_c("set_bandwidth")
+        elif queue_bytes or queue_packets or ecn_bytes:
+            raise ControlError(
+                "set_bandwidth", "a queue without a rate (rate_mbit=null removes it)", field="rate_mbit"
+            )
+        return {"pairs": self.model.set_bandwidth(bandwidth, src, dst)}
+
     def _op_partition(self, args: dict[str, Any]) -> dict[str, Any]:
         (groups,) = self._args("partition", args, groups=(list, ...))
         checked = [self._hosts_arg("partition", "groups", g) for g in groups]
@@ -572,6 +718,20 @@ class DelayEngine:
         self._args("shutdown", args)
         self._stopping = True
         return {}
+
+
+def _choose_datapath(wanted: str) -> tuple[str, str | None]:
+    """("c" or "python", a note when the choice was not the asked one)."""
+    if wanted not in ("auto", "c", "python"):
+        raise ValueError(f"datapath must be auto, c or python, not {wanted!r}")
+    if wanted == "python":
+        return "python", "asked for"
+    lib, why = _fast.load()
+    if lib is not None:
+        return "c", None
+    if wanted == "c":
+        raise RuntimeError(f"the compiled data path is asked for: {why}")
+    return "python", why
 
 
 def _kernel_queue_stats(queue: int) -> dict[str, int]:
