@@ -17,10 +17,13 @@ help:
 
 install: system-deps $(VENV)/.installed image native
 
-# The delay engine's compiled data path (the engine falls back to its Python one,
-# and says so, without it).
+# The delay engine's compiled data path and the prober's loop (each falls back to
+# its Python version, and says so, without them).
 .PHONY: native
-native: testbed/net/delay/_fastpath.so
+native: testbed/net/delay/_fastpath.so testbed/net/_pinger.so
+
+testbed/net/_pinger.so: testbed/net/pinger.c
+	gcc -O2 -g -Wall -Wextra -Werror -shared -fPIC -o $@ $<
 
 testbed/net/delay/_fastpath.so: testbed/net/delay/fastpath.c
 	gcc -O2 -g -Wall -Wextra -Werror -shared -fPIC -o $@ $< -lm -lpthread

@@ -11,6 +11,9 @@
 #   docker.io    container hosts (dockerd is started by the testbed when needed)
 #   debootstrap  builds the container hosts' Debian image (scripts/build-image.sh)
 #   chromium     the tests render run reports (report.html) in it, headless
+#   gcc, libc6-dev  build the delay engine's compiled data path and the prober (make native)
+#   nftables     `nft`: the core's rules that duplicate packets and set ECN CE marks
+#   iperf3       `testbed bench throughput`'s TCP flows
 set -eu
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -35,6 +38,11 @@ need python3-venv /usr/bin/python3 -c 'import ensurepip, venv'
 need docker.io    sh -c 'command -v dockerd'
 need debootstrap  sh -c 'command -v debootstrap'
 need chromium     sh -c 'command -v chromium'
+need gcc          sh -c 'command -v gcc'
+need libc6-dev    sh -c 'test -f /usr/include/stdio.h'
+need linux-libc-dev sh -c 'test -f /usr/include/linux/netlink.h'
+need nftables     sh -c 'command -v nft'
+need iperf3       sh -c 'command -v iperf3'
 
 if [ -z "$missing" ]; then
     exit 0

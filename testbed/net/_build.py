@@ -59,15 +59,25 @@ def ip_batch(commands: Iterable[str], netns: str | None = None) -> None:
     Raises:
         EmulationError: a command failed (the batch stops there); says which.
     """
+    tool_batch("ip", commands, netns)
+
+
+def tool_batch(tool: str, commands: Iterable[str], netns: str | None = None) -> None:
+    """Run `tool -batch -` (iproute2's ip or tc) on commands, one per line, in
+    namespace `netns` (None: the root namespace).
+
+    Raises:
+        EmulationError: a command failed (the batch stops there); says which.
+    """
     lines = list(commands)
-    if shutil.which("ip") is None:
+    if shutil.which(tool) is None:
         raise EmulationError(
-            "iproute2's `ip` is not installed; `make demo` (scripts/install-system-deps.sh) "
+            f"iproute2's `{tool}` is not installed; `make demo` (scripts/install-system-deps.sh) "
             "installs it"
         )
     # nsenter, not `ip -n`: ip -n also unshares the mount namespace, copying every
     # mount (each namespace of the run is one): that cost grows with the run.
-    argv = [*(nsenter_argv(netns) if netns else []), "ip", "-batch", "-"]
+    argv = [*(nsenter_argv(netns) if netns else []), tool, "-batch", "-"]
     result = subprocess.run(
         argv, input="\n".join(lines) + "\n", capture_output=True, text=True, check=False
     )
@@ -75,8 +85,8 @@ def ip_batch(commands: Iterable[str], netns: str | None = None) -> None:
         where = f"namespace {netns}" if netns else "the root namespace"
         said = "; ".join(result.stderr.strip().splitlines()[-3:]) or f"exit {result.returncode}"
         failed = re.search(r"Command failed -:(\d+)", result.stderr)
-        command = f" (command: ip {lines[int(failed[1]) - 1]})" if failed else ""
-        raise EmulationError(f"ip -batch in {where}: {said}{command}")
+        command = f" (command: {tool} {lines[int(failed[1]) - 1]})" if failed else ""
+        raise EmulationError(f"{tool} -batch in {where}: {said}{command}")
 
 
 def build_namespaces(
@@ -143,8 +153,10 @@ def configure_core(plan: NetworkPlan) -> None:
     ip_batch(commands, plan.core_netns)
 
 
-def install_queue_rule(plan: NetworkPlan, queue: int) -> str:
-    """Send every forwarded packet in the core to netfilter queue `queue`.
+def install_queue_rule(plan: NetworkPlan, queue: int, queues: int = 1) -> str:
+    """Send every forwarded packet in the core to netfilter queue `queue` (or,
+    with queues > 1, spread over queue..queue+queues-1 by a hash of the address
+    pair that keeps both directions of a pair on one queue).
 
     No --queue-bypass: if the engine is not there, packets are dropped rather
     than forwarded undelayed (an experiment must never silently run without
@@ -166,14 +178,52 @@ def install_queue_rule(plan: NetworkPlan, queue: int) -> str:
             "FORWARD",
             "-j",
             "NFQUEUE",
-            "--queue-num",
-            str(queue),
+            *(
+                ["--queue-balance", f"{queue}:{queue + queues - 1}"]
+                if queues > 1
+                else ["--queue-num", str(queue)]
+            ),
         ]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode == 0:
             return tool
         errors.append(f"{tool}: {result.stderr.strip() or f'exit {result.returncode}'}")
     raise EmulationError("cannot add the NFQUEUE rule in the WAN core: " + "; ".join(errors))
+
+
+# The core's rules for what the delay engine marks on a verdict (fastpath.c):
+# mark bit 1 = deliver a copy too, bit 2 = set ECN CE (the packet is ECN-capable).
+CORE_NFT_RULES = """
+table ip testbed_wan {
+  chain marks {
+    type filter hook postrouting priority 0; policy accept;
+    meta mark & 0x1 == 0x1 dup to ip daddr
+    meta mark & 0x2 == 0x2 ip ecn set ce
+  }
+}
+"""
+
+
+def install_mark_rules(plan: NetworkPlan) -> None:
+    """The core's nftables rules that duplicate and CE-mark what the engine marked.
+
+    Raises:
+        EmulationError: nft is missing or refused them.
+    """
+    if shutil.which("nft") is None:
+        raise EmulationError(
+            "nftables' `nft` is not installed (duplication and ECN marks need it); "
+            "`make install` (scripts/install-system-deps.sh) installs it"
+        )
+    result = subprocess.run(
+        [*nsenter_argv(plan.core_netns), "nft", "-f", "-"],
+        input=CORE_NFT_RULES,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise EmulationError(f"nft in the WAN core refused the mark rules: {result.stderr.strip()}")
 
 
 def build_network(

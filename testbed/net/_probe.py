@@ -11,24 +11,63 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import random
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Self
 
 from testbed.net._netns import entered_netns
 
-__all__ = ["IcmpProber", "ProbeResult", "icmp_checksum"]
+__all__ = ["IcmpProber", "ProbeResult", "icmp_checksum", "native_prober"]
+
+_PINGER = Path(__file__).resolve().parent / "_pinger.so"
+_PINGER_SOURCE = _PINGER.with_name("pinger.c")
+_native: ctypes.CDLL | None = None
+_native_why: str | None = None
+_native_loaded = False
+
+
+def native_prober() -> tuple[ctypes.CDLL | None, str | None]:
+    """The compiled send/receive loop (pinger.c), or None and why not."""
+    global _native, _native_why, _native_loaded
+    if _native_loaded:
+        return _native, _native_why
+    _native_loaded = True
+    if not _PINGER.exists():
+        _native_why = f"{_PINGER.name} is not built (run `make install`)"
+    elif _PINGER_SOURCE.exists() and _PINGER_SOURCE.stat().st_mtime > _PINGER.stat().st_mtime:
+        _native_why = f"{_PINGER.name} is older than {_PINGER_SOURCE.name} (run `make install`)"
+    else:
+        try:
+            lib = ctypes.CDLL(str(_PINGER))
+        except OSError as exc:
+            _native_why = f"cannot load {_PINGER.name}: {exc}"
+        else:
+            P = ctypes.c_void_p
+            lib.pg_probe.restype = ctypes.c_int64
+            lib.pg_probe.argtypes = [
+                ctypes.c_int, P, P, ctypes.c_int64, P, P, ctypes.c_uint32,
+                ctypes.c_double, ctypes.c_double, ctypes.c_uint32, P, P, P, P, P,
+            ]  # fmt: skip
+            _native = lib
+    return _native, _native_why
+
 
 ICMP_ECHO_REQUEST = 8
 ICMP_ECHO_REPLY = 0
 SOL_RAW = 255
 ICMP_FILTER = 1
 SO_TIMESTAMPNS = 35
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 
 _ICMP_HEADER = struct.Struct("!BBHHH")
@@ -90,7 +129,14 @@ class ProbeResult:
 class IcmpProber:
     """Raw ICMP sockets in each host's namespace. Close it (or use `with`)."""
 
-    def __init__(self, netns_by_host: Sequence[str], ips: Sequence[str]) -> None:
+    def __init__(
+        self, netns_by_host: Sequence[str], ips: Sequence[str], *, native: bool | None = None
+    ) -> None:
+        """native: use the compiled loop (None: when it is built; True: insist)."""
+        lib, why = native_prober()
+        if native and lib is None:
+            raise RuntimeError(f"the compiled prober is asked for: {why}")
+        self.native = lib is not None if native is None else native
         self.ips = list(ips)
         self.socks: list[socket.socket] = []
         self.session = random.getrandbits(32)
@@ -104,7 +150,17 @@ class IcmpProber:
                     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
                 sock.setblocking(False)
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                # Requests held by the delay engine still count against the sender's
+                # buffer, and at 50,000 probes/s replies come in bursts: default
+                # buffers overflow (sends fail, replies are dropped).
+                for force, plain in (
+                    (SO_SNDBUFFORCE, socket.SO_SNDBUF),
+                    (SO_RCVBUFFORCE, socket.SO_RCVBUF),
+                ):
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, force, 16 << 20)
+                    except PermissionError:
+                        sock.setsockopt(socket.SOL_SOCKET, plain, 16 << 20)
                 # Deliver echo replies only (bit set = type filtered out).
                 sock.setsockopt(
                     SOL_RAW, ICMP_FILTER, struct.pack("I", 0xFFFFFFFF & ~(1 << ICMP_ECHO_REPLY))
@@ -186,6 +242,8 @@ class IcmpProber:
         for _ in range(samples):
             rng.shuffle(order)
             schedule.extend(order)
+        if self.native:
+            return self._probe_native(pairs, schedule, rate_per_s, timeout_s, on_sent)
         total = len(schedule)
         rtts: list[list[float]] = [[] for _ in pairs]
         sent_at = [0.0] * total
@@ -226,6 +284,62 @@ class IcmpProber:
                 last_reply = max(last_reply, arrived)
         return ProbeResult(
             pairs, rtts, total, received, start, last_reply - start, self.foreign - foreign_before
+        )
+
+    def _probe_native(
+        self,
+        pairs: list[tuple[int, int]],
+        schedule: list[int],
+        rate_per_s: float,
+        timeout_s: float,
+        on_sent: Callable[[int], None] | None,
+    ) -> ProbeResult:
+        lib, _ = native_prober()
+        assert lib is not None
+        total = len(schedule)
+        n = len(self.socks)
+        fds = (ctypes.c_int * n)(*(s.fileno() for s in self.socks))
+        ips = (ctypes.c_uint32 * n)(
+            *(struct.unpack("=I", socket.inet_aton(ip))[0] for ip in self.ips)
+        )
+        srcs = (ctypes.c_int32 * total)(*(pairs[k][0] for k in schedule))
+        dsts = (ctypes.c_int32 * total)(*(pairs[k][1] for k in schedule))
+        sent_at = (ctypes.c_double * total)()
+        rtt = (ctypes.c_double * total)()
+        times = (ctypes.c_double * 2)()
+        foreign = ctypes.c_int64()
+        progress = ctypes.c_int64()
+        base = self._next_probe
+        self._next_probe += total
+        result: list[int] = []
+
+        def run() -> None:
+            result.append(
+                lib.pg_probe(
+                    n, fds, ips, total, srcs, dsts, base & 0xFFFFFFFF, rate_per_s, timeout_s,
+                    self.session, sent_at, rtt, times, ctypes.byref(foreign),
+                    ctypes.byref(progress),
+                )
+            )  # fmt: skip
+
+        thread = threading.Thread(target=run, name="prober")
+        thread.start()
+        reported = 0
+        while thread.is_alive():
+            thread.join(0.2)
+            if on_sent is not None and progress.value > reported:
+                on_sent(progress.value - reported)
+                reported = progress.value
+        received = result[0]
+        if received < 0:
+            raise OSError(-received, f"probing failed: {os.strerror(-received)}")
+        rtts: list[list[float]] = [[] for _ in pairs]
+        for k, pair in enumerate(schedule):
+            if rtt[k] >= 0.0:
+                rtts[pair].append(rtt[k])
+        self.foreign += foreign.value
+        return ProbeResult(
+            pairs, rtts, total, received, times[0], times[1] - times[0], foreign.value
         )
 
 

@@ -174,6 +174,10 @@ class Wan:
         self._root_before = RootSnapshot.take()
         # The container hosts, by group (each its image and limits); open_wan sets it.
         self._containers: list[tuple[ContainerSpec, list[str]]] | None = None
+        # The delay engine's queues (one data thread each) and, for a benchmark
+        # against another commit, the checkout whose engine runs; open_wan sets them.
+        self._engine_queues = 1
+        self._engine_source: Path | None = None
 
     # -- bring-up ---------------------------------------------------------------------------------
 
@@ -198,7 +202,7 @@ class Wan:
         attached = self._start_containers(progress) if self._containers is not None else set()
         build_network(self.plan, progress.advance if progress else lambda _k: None, attached)
         self._log.write("bringup.network", elapsed_s=round(time.monotonic() - t0, 3))
-        iptables = install_queue_rule(self.plan, queue=0)
+        iptables = install_queue_rule(self.plan, queue=0, queues=self._engine_queues)
         self._start_engine(realtime=realtime, seed=seed)
         self._log.write(
             "bringup.engine",
@@ -273,7 +277,13 @@ class Wan:
         # Not an abstract socket either: those are per network namespace.
         control = self._record.control_path
         config_path = _write_engine_config(
-            engine_dir, self.plan, len(self.hosts), control, realtime=realtime, seed=seed
+            engine_dir,
+            self.plan,
+            len(self.hosts),
+            control,
+            realtime=realtime,
+            seed=seed,
+            queues=self._engine_queues,
         )
         ready_r, ready_w = os.pipe()
         argv = [
@@ -285,9 +295,14 @@ class Wan:
             "--ready-fd",
             str(ready_w),
         ]
+        env = None
+        if self._engine_source is not None:
+            env = {**os.environ, "PYTHONPATH": str(self._engine_source)}
         with (engine_dir / "engine.stderr").open("ab") as stderr:
             self._engine_proc = subprocess.Popen(
                 argv,
+                env=env,
+                cwd=self._engine_source,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
@@ -866,8 +881,37 @@ def _finished(proc: HostProcess, deadline: float | None) -> ExecResult | None:
     )
 
 
+def _engine_choice(queues: int | None, source: str | Path | None) -> tuple[int, Path | None]:
+    """(queues, source checkout) for the delay engine, checked."""
+    from testbed.net.delay import compiled_datapath
+
+    checkout = None
+    if source is not None:
+        checkout = Path(source).resolve()
+        if not (checkout / "testbed" / "net" / "delay" / "__main__.py").is_file():
+            raise EmulationError(
+                f"engine_source: {checkout} holds no delay engine (testbed/net/delay)"
+            )
+        if queues not in (None, 1):
+            raise EmulationError("engine_source: another checkout's engine runs with one queue")
+        return 1, checkout
+    if queues is None:
+        fast, _why = compiled_datapath()
+        return (min(4, os.cpu_count() or 1) if fast is not None else 1), None
+    if isinstance(queues, bool) or not isinstance(queues, int) or not 1 <= queues <= 16:
+        raise EmulationError(f"engine_queues: expected a whole number 1..16, not {queues!r}")
+    return queues, None
+
+
 def _write_engine_config(
-    engine_dir: Path, plan: NetworkPlan, n: int, control: Path, *, realtime: bool, seed: int
+    engine_dir: Path,
+    plan: NetworkPlan,
+    n: int,
+    control: Path,
+    *,
+    realtime: bool,
+    seed: int,
+    queues: int = 1,
 ) -> Path:
     """Write the delay engine's start-up configuration (all delays zero until
     the matrix is loaded) to engine_dir; returns the config file's path."""
@@ -883,6 +927,10 @@ def _write_engine_config(
         "seed": seed,
         "realtime_priority": 20 if realtime else 0,
     }
+    if (
+        queues != 1
+    ):  # written only when needed: an older engine (bench --against) knows no such field
+        config["queues"] = queues
     config_path = engine_dir / "config.json"
     write_json(config_path, config)
     return config_path
@@ -1015,6 +1063,8 @@ def open_wan(
     realtime: bool = True,
     progress: Any = None,
     containers: Any = None,
+    engine_queues: int | None = None,
+    engine_source: str | Path | None = None,
 ) -> Wan:
     """Bring up an emulated WAN and return it (close it, or use `with`).
 
@@ -1039,6 +1089,10 @@ def open_wan(
             name (every host), or a ContainerSpec / mapping of image, hosts (a
             count: the last N; or names), cpus (cores), memory_mb; or a list of
             such, each for its own hosts (different limits: heterogeneous nodes).
+        engine_queues: netfilter queues the delay engine reads, each in a thread
+            of its own (None: one per core, at most 4; 1 with the Python data path).
+        engine_source: run the delay engine of this checkout (another commit's
+            worktree, for `testbed bench delay --against`) with one queue.
 
     Raises:
         TopologyError, FloorError: bad topology, selection or latencies; nothing was created.
@@ -1062,6 +1116,7 @@ def open_wan(
     plan = plan_network(topo.n, new_run_id())
     wan = Wan(topo, plan, folder, scale=scale)
     wan._containers = groups or None
+    wan._engine_queues, wan._engine_source = _engine_choice(engine_queues, engine_source)
     if progress:
         progress.start(len(plan.hosts))
     try:

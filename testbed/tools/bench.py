@@ -95,7 +95,16 @@ def delay_fidelity(
 
 
 # The engine's own figures a fidelity run reports, as its stats() names them.
-_ENGINE_FIGURES = ("realtime", "lateness_us", "early_us", "drops", "kernel")
+_ENGINE_FIGURES = (
+    "realtime",
+    "datapath",
+    "lateness_us",
+    "immediate_us",
+    "max_held",
+    "early_us",
+    "drops",
+    "kernel",
+)
 
 
 def _rtt_errors(rtts_s: list[list[float]], configured: np.ndarray) -> dict[str, Any]:

@@ -145,6 +145,29 @@ class EngineClient:
     ) -> dict[str, Any]:
         return self.call("set_jitter", jitter=jitter, src=src, dst=dst)
 
+    def set_reorder(
+        self,
+        rate: float,
+        gap_ms: float | None,
+        src: list[int] | None = None,
+        dst: list[int] | None = None,
+    ) -> dict[str, Any]:
+        return self.call("set_reorder", rate=rate, gap_ms=gap_ms, src=src, dst=dst)
+
+    def set_duplicate(
+        self, rate: float, src: list[int] | None = None, dst: list[int] | None = None
+    ) -> dict[str, Any]:
+        return self.call("set_duplicate", rate=rate, src=src, dst=dst)
+
+    def set_bandwidth(
+        self,
+        rate_mbit: float | None,
+        src: list[int] | None = None,
+        dst: list[int] | None = None,
+        **queue: int,
+    ) -> dict[str, Any]:
+        return self.call("set_bandwidth", rate_mbit=rate_mbit, src=src, dst=dst, **queue)
+
     def partition(self, groups: list[list[int]]) -> dict[str, Any]:
         return self.call("partition", groups=groups)
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import math
@@ -86,6 +87,9 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
     # "auto": the compiled data path (fastpath.c) when it is built, else Python;
     # "c" refuses to start without it; "python" is the reference implementation.
     datapath: str = "auto"
+    # Netfilter queues queue..queue+queues-1, each read by a data thread of its own
+    # (the compiled data path only; the testbed's rule spreads packets over them).
+    queues: int = 1
 
 
 def _percentiles_us(values: list[float]) -> dict[str, float | int]:
@@ -114,15 +118,20 @@ class DelayEngine:
         self.n = config.hosts
         self.floor_one_way_s = config.floor_one_way_s
         self.model = LinkModel(read_delay_file(config.matrix_path, self.n))
-        self.core: DelayCore | _fast.FastCore
+        self.core: DelayCore | _fast.FastCores
         self.datapath, self.datapath_note = _choose_datapath(config.datapath)
+        if config.queues > 1 and self.datapath != "c":
+            raise RuntimeError(
+                f"{config.queues} queues need the compiled data path ({self.datapath_note})"
+            )
         if self.datapath == "c":
-            self.core = _fast.FastCore(
+            self.core = _fast.FastCores(
                 self.model,
                 ip_base=config.ip_base,
                 seed=config.seed,
                 path_offset_s=config.path_offset_s,
                 queue=config.queue,
+                queues=config.queues,
             )
         else:
             self.core = DelayCore(
@@ -186,7 +195,14 @@ class DelayEngine:
             listener.bind(self.config.control_path)
             listener.listen(16)
             listener.setblocking(False)
-            with NfQueue(self.config.queue, max_queued=self.config.max_queued) as nfq:
+            with contextlib.ExitStack() as stack:
+                queues = [
+                    stack.enter_context(
+                        NfQueue(self.config.queue + k, max_queued=self.config.max_queued)
+                    )
+                    for k in range(self.config.queues)
+                ]
+                nfq = queues[0]
                 self.log(
                     "start",
                     pid=os.getpid(),
@@ -199,8 +215,8 @@ class DelayEngine:
                 if ready_fd is not None:
                     os.write(ready_fd, f"READY {os.getpid()}\n".encode())
                     os.close(ready_fd)
-                if isinstance(self.core, _fast.FastCore):
-                    self._serve_fast(self.core, nfq, listener, wake_r)
+                if isinstance(self.core, _fast.FastCores):
+                    self._serve_fast(self.core, queues, listener, wake_r)
                     return
                 try:
                     self._loop(nfq, listener, wake_r)
@@ -232,38 +248,46 @@ class DelayEngine:
 
     def _serve_fast(
         self,
-        core: _fast.FastCore,
-        nfq: NfQueue,
+        core: _fast.FastCores,
+        queues: list[NfQueue],
         listener: socket.socket,
         wake_r: socket.socket,
     ) -> None:
-        """The compiled data path reads the queue in its own thread; this one
-        serves control requests, stats and signals."""
-        core.attach(nfq.fileno())
-        outcome: dict[str, int] = {}
+        """The compiled data path reads each queue in a thread of its own; this
+        one serves control requests, stats and signals."""
+        outcome: dict[int, int] = {}
+        threads = []
+        for k, (shard, nfq) in enumerate(zip(core.shards, queues, strict=True)):
+            shard.attach(nfq.fileno())
 
-        def data() -> None:
-            outcome["errno"] = core.run()  # held packets are dropped when it returns
+            def data(k: int = k, shard: _fast.FastCore = shard) -> None:
+                outcome[k] = shard.run()  # held packets are dropped when it returns
 
-        thread = threading.Thread(target=data, name="datapath", daemon=True)
+            threads.append(threading.Thread(target=data, name=f"datapath-{k}", daemon=True))
         held_before = 0
-        thread.start()
+        for thread in threads:
+            thread.start()
         try:
-            self._control_loop(listener, wake_r, thread)
+            self._control_loop(listener, wake_r, threads)
         finally:
             held_before = core.held
-            core.stop()
-            thread.join()
-            code = outcome.get("errno", 0)
-            if code:
-                self.log("error", message=f"reading the queue failed: {os.strerror(code)}")
+            for shard in core.shards:
+                shard.stop()
+            for thread in threads:
+                thread.join()
+            for k, code in sorted(outcome.items()):
+                if code:
+                    self.log(
+                        "error",
+                        message=f"reading queue {core.queues[k]} failed: {os.strerror(code)}",
+                    )
             self.log("stop", stats=self._op_stats({}), dropped_in_flight=held_before)
 
     def _control_loop(
-        self, listener: socket.socket, wake_r: socket.socket, thread: threading.Thread
+        self, listener: socket.socket, wake_r: socket.socket, threads: list[threading.Thread]
     ) -> None:
         next_stats = time.time() + self.config.stats_interval_s
-        while not self._stopping and thread.is_alive():
+        while not self._stopping and all(thread.is_alive() for thread in threads):
             # At most 1 s: a data thread that ended on an error is noticed soon.
             timeout = min(1.0, max(0.0, next_stats - time.time()))
             readable, _, _ = select.select([listener, wake_r, *self._clients], [], [], timeout)
@@ -398,7 +422,7 @@ class DelayEngine:
             if handler is None:
                 raise ControlError(op, f"unknown operation; known: {', '.join(sorted(self._ops))}")
             result = handler(request)
-            if isinstance(self.core, _fast.FastCore) and self.core._synced != self.model.version:
+            if isinstance(self.core, _fast.FastCores) and self.core.synced != self.model.version:
                 self.core.sync()
         except ControlError as exc:
             if exc.op not in ("stats", "counters", "ping", "describe", "one_way"):
@@ -486,7 +510,7 @@ class DelayEngine:
     def _op_stats(self, args: dict[str, Any]) -> dict[str, Any]:
         self._args("stats", args)
         core = self.core
-        if isinstance(core, _fast.FastCore):
+        if isinstance(core, _fast.FastCores):
             figures = core.figures()
             early_s, lead_s = figures.pop("early_s"), figures.pop("lead_s")
         else:
@@ -513,7 +537,7 @@ class DelayEngine:
             "lead_us": round(lead_s * 1e6, 1),
             "path_offset_us": round(core.path_offset_s * 1e6, 1),
             "floor_one_way_us": round(self.floor_one_way_s * 1e6, 1),
-            "kernel": _kernel_queue_stats(self.config.queue),
+            "kernel": _kernel_queue_stats(self.config.queue, self.config.queues),
         }
 
     def _op_counters(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -673,7 +697,9 @@ class DelayEngine:
             self._needs_c("set_bandwidth")
         elif queue_bytes or queue_packets or ecn_bytes:
             raise ControlError(
-                "set_bandwidth", "a queue without a rate (rate_mbit=null removes it)", field="rate_mbit"
+                "set_bandwidth",
+                "a queue without a rate (rate_mbit=null removes it)",
+                field="rate_mbit",
             )
         return {"pairs": self.model.set_bandwidth(bandwidth, src, dst)}
 
@@ -734,21 +760,23 @@ def _choose_datapath(wanted: str) -> tuple[str, str | None]:
     return "python", why
 
 
-def _kernel_queue_stats(queue: int) -> dict[str, int]:
-    """This namespace's counters for our queue (/proc/net/netfilter/nfnetlink_queue)."""
+def _kernel_queue_stats(queue: int, queues: int = 1) -> dict[str, int]:
+    """This namespace's counters for our queues, summed (/proc/net/netfilter/nfnetlink_queue)."""
     try:
         text = Path("/proc/net/netfilter/nfnetlink_queue").read_text()
     except OSError:
         return {}
+    total: dict[str, int] = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) >= 8 and int(fields[0]) == queue:
-            return {
-                "queued": int(fields[2]),
-                "queue_dropped": int(fields[5]),
-                "user_dropped": int(fields[6]),
-            }
-    return {}
+        if len(fields) >= 8 and queue <= int(fields[0]) < queue + queues:
+            for name, value in (
+                ("queued", fields[2]),
+                ("queue_dropped", fields[5]),
+                ("user_dropped", fields[6]),
+            ):
+                total[name] = total.get(name, 0) + int(value)
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -711,22 +711,26 @@ static int parse(const uint8_t *buf, size_t length, uint32_t *id, double *stamp,
 #define RELEASE_SLACK_S 0.000005
 #define LEAD_GAIN 0.02
 #define LEAD_MAX_S 0.0003
-#define SPIN_S 0.000020
+#define SPIN_S 0.0
 
+/* Releases everything due, sending the verdicts RELEASE_BATCH at a time: the kernel forwards
+ * each released packet inside our send, and smaller sends let the first go sooner. */
+#define RELEASE_BATCH 32
 static void release(fp_t *fp) {
-    uint32_t ids[256], marks[256];
-    int32_t verdicts[256];
+    uint32_t ids[RELEASE_BATCH], marks[RELEASE_BATCH];
+    int32_t verdicts[RELEASE_BATCH];
     for (;;) {
         double now = realtime();
-        int k = fp_release(fp, now + RELEASE_SLACK_S + fp->lead_s, now, ids, verdicts, marks, 256);
+        int k = fp_release(fp, now + RELEASE_SLACK_S + fp->lead_s, now, ids, verdicts, marks,
+                           RELEASE_BATCH);
         for (int i = 0; i < k; i++) add_verdict(fp, ids[i], verdicts[i], marks[i]);
         if (k && fp->have_last_error) {
             double lead = fp->lead_s + LEAD_GAIN * fp->last_error_s;
             fp->lead_s = lead < 0.0 ? 0.0 : lead > LEAD_MAX_S ? LEAD_MAX_S : lead;
         }
-        if (k < 256) break;
+        flush(fp);
+        if (k < RELEASE_BATCH) break;
     }
-    flush(fp);
 }
 
 /* Runs until fp_stop(); returns 0, or an errno when reading the queue failed for good. */
