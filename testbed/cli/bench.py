@@ -281,6 +281,81 @@ def bench_bringup(topology: str, hosts: int, out: Path | None, as_json: bool) ->
     console.print(table)
 
 
+def _rates(value: str) -> list[float]:
+    try:
+        rates = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: expected rates in Mbit/s separated by commas, e.g. 10,100,1000"
+        ) from None
+    if not rates or not all(0.001 <= r <= 100_000 for r in rates):
+        raise click.BadParameter(f"{value!r}: each rate must be within 0.001..100000 Mbit/s")
+    return rates
+
+
+@bench.command(name="throughput")
+@click.option(
+    "--rates-mbit",
+    default="10,100,1000",
+    show_default=True,
+    help="One TCP flow per bottleneck rate (Mbit/s, comma-separated).",
+)
+@click.option("--rtt-ms", type=click.FloatRange(1, 1000), default=40.0, show_default=True)
+@click.option(
+    "--seconds", type=click.FloatRange(1, 600), default=8.0, show_default=True,
+    help="Each TCP flow's measured time (after 2 s of slow start left out).",
+)  # fmt: skip
+@click.option(
+    "--queue-bdp", type=click.FloatRange(0.05, 100), default=1.0, show_default=True,
+    help="The bottleneck's drop-tail queue, in bandwidth-delay products.",
+)  # fmt: skip
+@run_folder_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handled
+def bench_throughput(
+    rates_mbit: str,
+    rtt_ms: float,
+    seconds: float,
+    queue_bdp: float,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """TCP goodput and queueing delay through a bottleneck (iperf3), one flow per rate,
+    against what the rate and the queue's size predict."""
+    from testbed.runs import write_json
+    from testbed.tools.bench import throughput
+
+    rates = _rates(rates_mbit)
+    result = throughput(
+        rates,
+        rtt_ms=rtt_ms,
+        seconds=seconds,
+        queue_bdp=queue_bdp,
+        run_dir=None if out is None else str(out),
+        on_flow=None if as_json else lambda what: console.print(f"flow at {what} ..."),
+    )
+    write_json(Path(result["run_dir"]) / "summary.json", result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"TCP through a bottleneck, RTT {rtt_ms:g} ms, queue {queue_bdp:g} BDP")
+    for column in ("rate Mbit/s", "goodput Mbit/s", "of rate", "queue delay ms", "expected ms"):
+        table.add_column(column, justify="right")
+    for flow in result["flows"]:
+        table.add_row(
+            f"{flow['rate_mbit']:g}",
+            f"{flow['goodput_mbit']:.1f}",
+            f"{flow['goodput_ratio']:.1%}",
+            "-" if flow["queue_delay_ms"] is None else f"{flow['queue_delay_ms']:.2f}",
+            f"{flow['expected_queue_delay_ms']:.2f}",
+        )
+    console.print(table)
+    for flow in result["flows"]:
+        if flow["limited_by"]:
+            console.print(f"[yellow]{flow['rate_mbit']:g} Mbit/s: {flow['limited_by']}[/]")
+    console.print(f"run folder: {result['run_dir']}")
+
+
 @bench.command(name="container-cpu")
 @click.option(
     "--cpus", type=float, default=0.5, show_default=True, help="The container's CPU limit."

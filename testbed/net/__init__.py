@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "AccessLink",
     "BOUND_ABS_MS",
     "BOUND_REL",
     "Calibration",
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from testbed.net._programs import ExecResult as ExecResult
     from testbed.net._programs import HostProcess as HostProcess
     from testbed.net._programs import process_report as process_report
+    from testbed.net._shaping import AccessLink as AccessLink
     from testbed.net._registry import list_runs as list_runs
     from testbed.net._wan import Calibration as Calibration
     from testbed.net._wan import Wan as Wan
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from testbed.net.delay import EngineClient as EngineClient
 
 _LAZY = {
+    "AccessLink": "testbed.net._shaping",
     "entered_netns": "testbed.net._netns",
     "list_netns": "testbed.net._netns",
     "list_runs": "testbed.net._registry",

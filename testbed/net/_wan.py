@@ -38,7 +38,7 @@ import numpy as np
 
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
 from testbed.linkmodel import MAX_ONE_WAY_S
-from testbed.net._build import build_network, install_queue_rule
+from testbed.net._build import build_network, install_mark_rules, install_queue_rule
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
 from testbed.net._containers import (
     ContainerSpec,
@@ -47,6 +47,7 @@ from testbed.net._containers import (
     start_containers,
 )
 from testbed.net._fidelity import FidelityMonitor
+from testbed.net._shaping import AccessLink, apply_access
 from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
@@ -178,6 +179,9 @@ class Wan:
         # against another commit, the checkout whose engine runs; open_wan sets them.
         self._engine_queues = 1
         self._engine_source: Path | None = None
+        # Access links shaped so far ((namespace, device) pairs) and their settings by host.
+        self._shaped: set[tuple[str, str]] = set()
+        self.access: dict[str, AccessLink] = {}
 
     # -- bring-up ---------------------------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class Wan:
         build_network(self.plan, progress.advance if progress else lambda _k: None, attached)
         self._log.write("bringup.network", elapsed_s=round(time.monotonic() - t0, 3))
         iptables = install_queue_rule(self.plan, queue=0, queues=self._engine_queues)
+        install_mark_rules(self.plan)
         self._start_engine(realtime=realtime, seed=seed)
         self._log.write(
             "bringup.engine",
@@ -712,6 +717,77 @@ class Wan:
         return self._engine().set_jitter(
             spec, self._indices("set_jitter", src, "src"), self._indices("set_jitter", dst, "dst")
         )["pairs"]
+
+    def set_reorder(
+        self, rate: float, *, gap_ms: float | None = None, src: Any = None, dst: Any = None
+    ) -> int:
+        """Reorder packets of src x dst (None = all): with probability `rate` a packet
+        is held gap_ms longer than its pair's delay, so later ones overtake it.
+        rate=0 removes it. Seeded by the run's seed. Returns the pair count."""
+        return self._engine().set_reorder(
+            rate,
+            gap_ms,
+            self._indices("set_reorder", src, "src"),
+            self._indices("set_reorder", dst, "dst"),
+        )["pairs"]
+
+    def set_duplicate(self, rate: float, *, src: Any = None, dst: Any = None) -> int:
+        """Deliver each packet of src x dst (None = all) twice with probability `rate`
+        (0 removes it). Returns the pair count."""
+        return self._engine().set_duplicate(
+            rate,
+            self._indices("set_duplicate", src, "src"),
+            self._indices("set_duplicate", dst, "dst"),
+        )["pairs"]
+
+    def set_bandwidth(
+        self,
+        rate_mbit: float | None,
+        *,
+        src: Any = None,
+        dst: Any = None,
+        queue_bytes: int = 0,
+        queue_packets: int = 0,
+        ecn_bytes: int = 0,
+    ) -> int:
+        """Give each pair of src x dst (None = all) a path of `rate_mbit` Mbit/s of its
+        own, with a drop-tail queue (queue_bytes or queue_packets) and, with ecn_bytes,
+        CE marks on ECN-capable packets above that backlog; None removes it. Applied by
+        the delay engine (state per pair): a packet is serialised behind the pair's
+        queued packets, then travels the pair's delay. Returns the pair count."""
+        queue = {"queue_bytes": queue_bytes, "queue_packets": queue_packets}
+        return self._engine().set_bandwidth(
+            rate_mbit,
+            self._indices("set_bandwidth", src, "src"),
+            self._indices("set_bandwidth", dst, "dst"),
+            **queue,
+            ecn_bytes=ecn_bytes,
+        )["pairs"]
+
+    def set_access(
+        self,
+        hosts: Any = None,
+        *,
+        up_mbit: float | None = None,
+        down_mbit: float | None = None,
+        queue_bytes: int = 0,
+        queue_packets: int = 0,
+    ) -> int:
+        """Shape the access links of `hosts` (None = all) in the kernel (HTB and a
+        drop-tail FIFO on each host's veth: up on its side, down on the core's);
+        no rates removes the shaping. Returns the host count."""
+        self._check_open()
+        link = AccessLink(up_mbit, down_mbit, queue_bytes, queue_packets)
+        indices = self._indices("set_access", hosts, "hosts")
+        chosen = list(range(len(self.hosts))) if indices is None else indices
+        apply_access(self.plan, chosen, link, self._shaped)
+        for k in chosen:
+            if link.up_mbit is None and link.down_mbit is None:
+                self.access.pop(self.hosts[k].name, None)
+            else:
+                self.access[self.hosts[k].name] = link
+        self._log.write("wan.access", hosts=[self.hosts[k].name for k in chosen], **link.to_dict())
+        return len(chosen)
 
     def partition(self, *groups: Iterable[str | EmuHost]) -> None:
         """Cut the network into groups that cannot reach each other (unlisted hosts form one more group)."""

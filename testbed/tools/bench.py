@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -330,3 +332,198 @@ def _partition_timing(
         "inside_sent_during_partition": len(during_inside),
         "inside_lost_during_partition": sum(1 for k in during_inside if k not in answered),
     }
+
+
+def throughput(
+    rates_mbit: Sequence[float] = (10.0, 100.0, 1000.0),
+    *,
+    rtt_ms: float = 40.0,
+    seconds: float = 8.0,
+    omit_s: float = 2.0,
+    queue_bdp: float = 1.0,
+    run_dir: str | None = None,
+    on_flow: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """TCP goodput and queueing delay through a bottleneck, one flow per rate.
+
+    Two hosts, `rtt_ms` apart; the receiver's downlink is shaped to the rate with
+    a drop-tail queue of `queue_bdp` bandwidth-delay products. Goodput: one iperf3
+    TCP flow of `seconds` (the first `omit_s` left out: slow start). Queueing delay:
+    while a UDP flow offers 1.2 x the rate (the queue stays full), ICMP echoes
+    through the same queue, median RTT minus the configured RTT; expected: queue
+    size / rate.
+    """
+    if shutil.which("iperf3") is None:
+        raise EmulationError(
+            "iperf3 is not installed; `make install` (scripts/install-system-deps.sh) installs it"
+        )
+    wan = open_wan("planetlab", hosts=2, clamp=True, name="bench-throughput", run_dir=run_dir)
+    flows = []
+    try:
+        sender, receiver = wan.hosts
+        wan.set_delay([sender], [receiver], rtt_ms / 2)
+        wan.set_delay([receiver], [sender], rtt_ms / 2)
+        for rate in rates_mbit:
+            if on_flow is not None:
+                on_flow(f"{rate:g} Mbit/s")
+            queue_bytes = max(2 * 1514, int(rate * 1e6 / 8 * rtt_ms / 1e3 * queue_bdp))
+            wan.set_access([receiver], down_mbit=rate, queue_bytes=queue_bytes)
+            before, cpu_before = wan.stats(), _cpu_times()
+            goodput, retransmits = _tcp_goodput(wan, sender, receiver, seconds, omit_s)
+            cpu_busy = _cpu_busy(cpu_before, _cpu_times())
+            tcp_dropped = _queue_dropped(wan.stats()) - _queue_dropped(before)
+            before = wan.stats()
+            queue_ms, echoes, udp_mbit = _full_queue_delay(wan, sender, receiver, rate, rtt_ms)
+            udp_dropped = _queue_dropped(wan.stats()) - _queue_dropped(before)
+            expected_ms = queue_bytes * 8 / (rate * 1e6) * 1e3
+            flows.append(
+                {
+                    "rate_mbit": rate,
+                    "rtt_ms": rtt_ms,
+                    "queue_bytes": queue_bytes,
+                    "goodput_mbit": round(goodput, 2),
+                    "goodput_ratio": round(goodput / rate, 3),
+                    "tcp_retransmits": retransmits,
+                    "queue_delay_ms": None if queue_ms is None else round(queue_ms, 3),
+                    "expected_queue_delay_ms": round(expected_ms, 3),
+                    "queue_delay_error": None
+                    if queue_ms is None
+                    else round(queue_ms / expected_ms - 1, 3),
+                    "queue_echoes": echoes,
+                    "udp_offered_mbit": round(rate * 1.2, 1),
+                    "udp_received_mbit": round(udp_mbit, 1),
+                    "cpu_busy": round(cpu_busy, 3),
+                    "engine_queue_overflow": {"tcp": tcp_dropped, "udp": udp_dropped},
+                }
+            )
+            flows[-1]["limited_by"] = _limit(flows[-1])
+            wan.set_access([receiver])
+        engine = wan.stats()
+    finally:
+        wan.close()
+    return {
+        "flows": flows,
+        "engine": {key: engine.get(key) for key in ("datapath", "queues", "drops", "kernel")},
+        "run_dir": str(wan.run_dir),
+    }
+
+
+def _queue_dropped(stats: dict[str, Any]) -> int:
+    return int(stats.get("kernel", {}).get("queue_dropped", 0))
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def _cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+def _limit(flow: dict[str, Any]) -> str | None:
+    """Why a flow fell short of its rate, or its queue delay of the expected, if it did."""
+    reasons = []
+    if flow["goodput_ratio"] < 0.9:
+        if flow["engine_queue_overflow"]["tcp"]:
+            reasons.append(
+                f"goodput: the delay engine did not keep up ({flow['engine_queue_overflow']['tcp']} "
+                "packets dropped by its full kernel queue)"
+            )
+        else:
+            reasons.append(
+                f"goodput: the machine's CPU ({flow['cpu_busy']:.0%} of all cores busy during the "
+                "flow: sender, receiver, kernel forwarding and the delay engine share them)"
+            )
+    error = flow["queue_delay_error"]
+    if error is None or abs(error) > 0.1:
+        if flow["engine_queue_overflow"]["udp"]:
+            reasons.append(
+                f"queue delay: the {flow['udp_offered_mbit']:g} Mbit/s UDP flood outran the delay "
+                f"engine ({flow['engine_queue_overflow']['udp']} packets dropped by its kernel queue, "
+                "which then held packets longer than the bottleneck's queue)"
+            )
+        else:
+            reasons.append("queue delay: off by more than 10 % with no overflow seen")
+    return "; ".join(reasons) or None
+
+
+def _iperf_server(wan: Wan, host: EmuHost, port: int) -> Any:
+    server = wan.popen(host, ["iperf3", "-s", "-1", "-p", str(port)], label="iperf3-server")
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:  # listening?
+        probe = wan.run(host, ["ss", "-Hltn", f"sport = :{port}"])
+        if probe.stdout.strip():
+            return server
+        time.sleep(0.05)
+    raise EmulationError(f"iperf3 did not start listening on {host.name}:{port}")
+
+
+def _tcp_goodput(
+    wan: Wan, sender: EmuHost, receiver: EmuHost, seconds: float, omit_s: float
+) -> tuple[float, int]:
+    _iperf_server(wan, receiver, 5201)
+    (result,) = wan.exec(
+        [
+            "iperf3",
+            "-c",
+            receiver.ip,
+            "-p",
+            "5201",
+            "-t",
+            f"{seconds:g}",
+            "-O",
+            f"{omit_s:g}",
+            "-J",
+        ],
+        hosts=[sender],
+        label="iperf3-tcp",
+        timeout_s=seconds + omit_s + 30,
+    )
+    report = _iperf_json(result)
+    end = report["end"]
+    return end["sum_received"]["bits_per_second"] / 1e6, int(end["sum_sent"].get("retransmits", 0))
+
+
+def _full_queue_delay(
+    wan: Wan, sender: EmuHost, receiver: EmuHost, rate: float, rtt_ms: float
+) -> tuple[float | None, int, float]:
+    _iperf_server(wan, receiver, 5202)
+    flood = wan.popen(
+        sender,
+        ["iperf3", "-c", receiver.ip, "-p", "5202", "-u", "-b", f"{rate * 1.2:g}M", "-t", "4",
+         "-l", "1400", "-J"],
+        label="iperf3-udp",
+    )  # fmt: skip
+    time.sleep(1.5)  # the queue fills
+    with IcmpProber([h.netns for h in wan.hosts], [h.ip for h in wan.hosts]) as prober:
+        result = prober.probe([(0, 1)], samples=100, rate_per_s=50, timeout_s=2.0)
+    flood.wait(30)
+    udp_mbit = 0.0
+    try:
+        report = json.loads(flood.stdout_path.read_text())
+        udp_mbit = (
+            report["end"]["sum"]["bits_per_second"]
+            / 1e6
+            * (1 - report["end"]["sum"].get("lost_percent", 0.0) / 100)
+        )
+    except (OSError, ValueError, KeyError):
+        pass
+    rtts = result.rtts_s[0]
+    if not rtts:
+        return None, 0, udp_mbit
+    return float(np.median(rtts)) * 1e3 - rtt_ms, len(rtts), udp_mbit
+
+
+def _iperf_json(result: Any) -> dict[str, Any]:
+    try:
+        report = json.loads(result.stdout())
+    except ValueError:
+        raise EmulationError(f"iperf3 printed no report: {result.stderr()[-300:]}") from None
+    if "error" in report:
+        raise EmulationError(f"iperf3: {report['error']}")
+    return dict(report)
