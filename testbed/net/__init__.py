@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from testbed.net._programs import ExecResult as ExecResult
     from testbed.net._programs import HostProcess as HostProcess
     from testbed.net._programs import process_report as process_report
-    from testbed.net._shaping import AccessLink as AccessLink
     from testbed.net._registry import list_runs as list_runs
+    from testbed.net._shaping import AccessLink as AccessLink
     from testbed.net._wan import Calibration as Calibration
     from testbed.net._wan import Wan as Wan
     from testbed.net._wan import open_wan as open_wan

@@ -103,8 +103,10 @@ def _commands(dev: str, rate_mbit: float | None, link: AccessLink) -> list[str]:
     return [
         *commands,
         f"qdisc add dev {dev} root handle 1: htb default 1 r2q 1",
-        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_bit}bit ceil {rate_bit}bit "
-        f"burst {burst} cburst {burst}",
+        (
+            f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_bit}bit "
+            f"ceil {rate_bit}bit burst {burst} cburst {burst}"
+        ),
         f"qdisc add dev {dev} parent 1:1 handle 10: {leaf}",
     ]
 

@@ -47,13 +47,13 @@ from testbed.net._containers import (
     start_containers,
 )
 from testbed.net._fidelity import FidelityMonitor
-from testbed.net._shaping import AccessLink, apply_access
 from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
 from testbed.net._programs import ExecResult, HostProcess, Programs, process_report
 from testbed.net._registry import RunRecord
+from testbed.net._shaping import AccessLink, apply_access
 from testbed.net.delay import EngineClient, write_delay_file
 from testbed.runs import JsonLog, new_run_dir, write_json
 from testbed.topology import Topology, load_topology, write_matrix
