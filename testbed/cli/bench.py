@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -53,6 +54,17 @@ def bench() -> None:
     show_default=True,
     help="Probe a seeded sample of pairs beyond this.",
 )
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Step the probe rate up until the p99 error leaves the bound; report the knee.",
+)
+@click.option(
+    "--against",
+    metavar="REV",
+    help="Also run the delay engine of commit REV (a temporary worktree), same probes, "
+    "in this invocation; report both and the ratio.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @handled
 def bench_delay(
@@ -67,6 +79,8 @@ def bench_delay(
     samples: int,
     rate: float,
     max_pairs: int,
+    sweep: bool,
+    against: str | None,
     as_json: bool,
 ) -> None:
     """Measure achieved RTT on host pairs against the configured matrix.
@@ -74,44 +88,47 @@ def bench_delay(
     Pairs below the engine's floor are clamped to it (see --no-clamp) and
     compared with the clamped value, which is what the engine was asked for.
     """
+    from testbed.runs import new_run_dir, write_json
+    from testbed.tools.simbench import commit_worktree, resolve_commit
+
     clamp = not no_clamp
-    from rich.progress import Progress
-
-    from testbed.net import open_wan
-    from testbed.runs import write_json
-    from testbed.tools.bench import delay_fidelity
-
     host_arg = hosts_option(hosts) or 32
-    with open_wan(
-        topology,
-        hosts=host_arg,
-        pick=pick,
-        seed=seed,
-        scale=scale,
-        clamp=clamp,
-        run_dir=out,
-        name="bench-delay",
-        mininet=False,
-        progress=BringupProgress(),
-    ) as wan:
-        n = len(wan.hosts)
-        total = min(n * (n - 1) // 2, max_pairs) * samples
-        with Progress(
-            console=err_console, transient=True, disable=not err_console.is_terminal
-        ) as progress:
-            task = progress.add_task("probing", total=total)
-            result = delay_fidelity(
-                wan,
-                samples=samples,
-                rate_per_s=rate,
-                max_pairs=max_pairs,
-                seed=seed,
-                on_sent=lambda k: progress.advance(task, k),
-            )
-        result["run_dir"] = str(wan.run_dir)
-        write_json(wan.run_dir / "summary.json", result)
+
+    def side(run_dir: Path | None, engine_source: Path | None) -> dict[str, Any]:
+        return _delay_side(
+            topology, host_arg, pick, seed, scale, clamp, run_dir, samples, rate, max_pairs,
+            sweep, engine_source, as_json,
+        )  # fmt: skip
+
+    if against is None:
+        result = side(out, None)
+    else:
+        commit = resolve_commit(against, "<bench delay>")
+        folder = new_run_dir("bench-delay-against", out)
+        with commit_worktree(commit) as tree:
+            if not as_json:
+                console.print(f"old side: the delay engine of {commit[:10]}")
+            old = side(folder / "old", tree)
+        if not as_json:
+            console.print("new side: this checkout's delay engine")
+        result = side(folder / "new", None)
+        result["against"] = {
+            "rev": against,
+            "commit": commit,
+            "old": old,
+            **_delay_ratio(old, result),
+        }
+        result["run_dir"] = str(folder)
+        write_json(folder / "summary.json", result)
     if as_json:
         print(json.dumps(result))
+        return
+    if sweep:
+        _print_sweep(result)
+    if "against" in result:
+        ratio = result["against"]
+        console.print(f"against {ratio['commit'][:10]}: {ratio['ratio_what']} = {ratio['ratio']}")
+    if sweep:
         return
     table = Table(
         title=f"delay fidelity: {result['hosts']} hosts, {result['pairs']} pairs x {samples}"
@@ -133,6 +150,125 @@ def bench_delay(
         "floor RTT (ms), clamped pairs", f"{result['floor_rtt_ms']}, {result['clamped_pairs']}"
     )
     console.print(table)
+
+
+def _delay_side(
+    topology: str,
+    host_arg: Any,
+    pick: str,
+    seed: int,
+    scale: float,
+    clamp: bool,
+    run_dir: Path | None,
+    samples: int,
+    rate: float,
+    max_pairs: int,
+    sweep: bool,
+    engine_source: Path | None,
+    quiet: bool,
+) -> dict[str, Any]:
+    """One WAN, one delay engine (this checkout's, or `engine_source`'s): a fidelity
+    run at `rate`, or a sweep."""
+    from rich.progress import Progress
+
+    from testbed.net import open_wan
+    from testbed.runs import write_json
+    from testbed.tools.bench import delay_fidelity, delay_sweep
+
+    with open_wan(
+        topology,
+        hosts=host_arg,
+        pick=pick,
+        seed=seed,
+        scale=scale,
+        clamp=clamp,
+        run_dir=run_dir,
+        name="bench-delay",
+        mininet=False,
+        progress=BringupProgress(),
+        engine_source=engine_source,
+    ) as wan:
+        if sweep:
+
+            def said(step: dict[str, Any]) -> None:
+                if not quiet:
+                    console.print(
+                        f"  {step['rate_per_s']:>8g} probes/s: {step['pps']:>9.0f} packets/s, "
+                        f"|error| p99 {step['rtt_error_ms']['p99']:.3f} ms, "
+                        f"{step['bound_ratio_p99']:.2f} of the bound"
+                    )
+
+            swept = delay_sweep(wan, max_pairs=max_pairs, seed=seed, on_step=said)
+            best = swept["best"] or swept["steps"][0]
+            result = {**best, "sweep": {k: v for k, v in swept.items() if k != "best"}}
+        else:
+            n = len(wan.hosts)
+            total = min(n * (n - 1) // 2, max_pairs) * samples
+            with Progress(
+                console=err_console, transient=True, disable=not err_console.is_terminal
+            ) as progress:
+                task = progress.add_task("probing", total=total)
+                result = delay_fidelity(
+                    wan,
+                    samples=samples,
+                    rate_per_s=rate,
+                    max_pairs=max_pairs,
+                    seed=seed,
+                    on_sent=lambda k: progress.advance(task, k),
+                )
+        result["run_dir"] = str(wan.run_dir)
+        result["engine_source"] = None if engine_source is None else str(engine_source)
+        write_json(wan.run_dir / "summary.json", result)
+    return result
+
+
+def _delay_ratio(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """How the new engine compares: with a sweep, the highest achieved packet rate
+    within the bound (new / old; each side's knee is reported too); else the p99
+    error at the same offered rate (old / new)."""
+    if "sweep" in new:
+        best = {
+            name: side["sweep"]["max_pps_within_bound"]
+            for name, side in (("old", old), ("new", new))
+        }
+        return {
+            "ratio_what": "highest packet rate within the bound, new / old",
+            "ratio": round(best["new"] / best["old"], 2) if best["old"] and best["new"] else None,
+            "max_pps_within_bound": best,
+            "max_pps_p99_within_0.1ms": {
+                "old": old["sweep"]["max_pps_p99_within_0.1ms"],
+                "new": new["sweep"]["max_pps_p99_within_0.1ms"],
+            },
+            "knee_pps": {"old": old["sweep"]["knee_pps"], "new": new["sweep"]["knee_pps"]},
+        }
+    p_old, p_new = old["rtt_error_ms"]["p99"], new["rtt_error_ms"]["p99"]
+    return {
+        "ratio_what": "p99 |RTT error| at the same offered rate, old / new",
+        "ratio": round(p_old / p_new, 2) if p_new else None,
+        "pps": {"old": old["pps"], "new": new["pps"]},
+    }
+
+
+def _print_sweep(result: dict[str, Any]) -> None:
+    swept = result["sweep"]
+    table = Table(title="delay engine rate sweep")
+    for column in ("probes/s", "packets/s", "|error| p99 ms", "of bound", "lost"):
+        table.add_column(column, justify="right")
+    for step in swept["steps"]:
+        table.add_row(
+            f"{step['rate_per_s']:g}",
+            f"{step['pps']:.0f}",
+            f"{step['rtt_error_ms']['p99']:.3f}",
+            f"{step['bound_ratio_p99']:.2f}",
+            str(step["lost"]),
+        )
+    console.print(table)
+    knee = swept["knee_pps"]
+    console.print(
+        f"knee: {'not reached' if knee is None else f'{knee:.0f} packets/s'}; "
+        f"highest within the bound {swept['max_pps_within_bound']} packets/s; "
+        f"highest with p99 <= 0.1 ms {swept['max_pps_p99_within_0.1ms']} packets/s"
+    )
 
 
 @bench.command(name="probes")

@@ -276,7 +276,8 @@ class Wan:
         self._record.save()
 
     def _start_engine(self, *, realtime: bool, seed: int) -> None:
-        engine_dir = self.run_dir / "engine"
+        # Absolute: the engine of another checkout runs from there (engine_source).
+        engine_dir = self.run_dir.resolve() / "engine"
         engine_dir.mkdir(exist_ok=True)
         # Not in the run folder: a Unix socket path is limited to 107 bytes.
         # Not an abstract socket either: those are per network namespace.
@@ -295,7 +296,7 @@ class Wan:
             *nsenter_argv(self.plan.core_netns),
             sys.executable,
             "-m",
-            "testbed.net.delay",
+            _engine_module(self._engine_source) or ENGINE_MODULES[0],
             str(config_path),
             "--ready-fd",
             str(ready_w),
@@ -345,7 +346,7 @@ class Wan:
             / ("matrix.f64" if initial else f"matrix-{int(time.time() * 1000)}.f64")
         )
         write_delay_file(path, topology.one_way_ms() / 1e3)
-        self.engine.load_matrix(path, clamp=clamp)
+        self.engine.load_matrix(path.resolve(), clamp=clamp)
         if initial:
             self.clamped = clamped
         return clamped
@@ -816,7 +817,7 @@ class Wan:
         raw = self._engine().counters(reset=reset)
         n = len(self.hosts)
         out = {key: np.zeros((n, n), dtype=np.int64) for key in ("packets", "bytes", "dropped")}
-        for src, dst, packets, size, dropped in raw["pairs"]:
+        for src, dst, packets, size, dropped in _sparse(raw):
             out["packets"][src, dst] = packets
             out["bytes"][src, dst] = size
             out["dropped"][src, dst] = dropped
@@ -869,11 +870,11 @@ class Wan:
             if self.engine is not None:
                 try:
                     write_json(self.run_dir / "engine" / "final-stats.json", self.engine.stats())
-                    counters = self.engine.counters()  # sparse: the pairs that talked
+                    counters = _sparse(self.engine.counters())  # the pairs that talked
                     write_json(
                         self.run_dir / "engine" / "counters.json",
                         {
-                            "pairs": counters["pairs"],
+                            "pairs": counters,
                             "columns": ["src", "dst", "packets", "bytes", "dropped"],
                             "hosts": [h.name for h in self.hosts],
                         },
@@ -957,6 +958,32 @@ def _finished(proc: HostProcess, deadline: float | None) -> ExecResult | None:
     )
 
 
+def _sparse(counters: dict[str, Any]) -> list[list[int]]:
+    """The engine's counters as [src, dst, packets, bytes, dropped] rows of the pairs
+    that talked (engines before 2026-11-26, run by bench --against, answer dense n x n)."""
+    if "pairs" in counters:
+        return list(counters["pairs"])
+    packets, size, dropped = (np.asarray(counters[k]) for k in ("packets", "bytes", "dropped"))
+    return [
+        [int(i), int(j), int(packets[i, j]), int(size[i, j]), int(dropped[i, j])]
+        for i, j in zip(*np.nonzero(packets + dropped), strict=True)
+    ]
+
+
+# Where the delay engine lives, newest first (before "One house" it was testbed.emu.engine).
+ENGINE_MODULES = ("testbed.net.delay", "testbed.emu.engine")
+
+
+def _engine_module(checkout: Path | None) -> str | None:
+    """The delay engine's module in `checkout` (None: this one's)."""
+    if checkout is None:
+        return ENGINE_MODULES[0]
+    for module in ENGINE_MODULES:
+        if (checkout / module.replace(".", "/") / "__main__.py").is_file():
+            return module
+    return None
+
+
 def _engine_choice(queues: int | None, source: str | Path | None) -> tuple[int, Path | None]:
     """(queues, source checkout) for the delay engine, checked."""
     from testbed.net.delay import compiled_datapath
@@ -964,9 +991,10 @@ def _engine_choice(queues: int | None, source: str | Path | None) -> tuple[int, 
     checkout = None
     if source is not None:
         checkout = Path(source).resolve()
-        if not (checkout / "testbed" / "net" / "delay" / "__main__.py").is_file():
+        if _engine_module(checkout) is None:
             raise EmulationError(
-                f"engine_source: {checkout} holds no delay engine (testbed/net/delay)"
+                f"engine_source: {checkout} holds no delay engine "
+                f"({' or '.join(m.replace('.', '/') for m in ENGINE_MODULES)})"
             )
         if queues not in (None, 1):
             raise EmulationError("engine_source: another checkout's engine runs with one queue")

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -47,7 +48,13 @@ static uint32_t get32(const uint8_t *p) {
 int64_t pg_probe(int nsocks, const int *fds, const uint32_t *ips, int64_t total, const int32_t *srcs,
                  const int32_t *dsts, uint32_t base, double rate, double timeout_s,
                  uint32_t session, double *sent_at, double *rtt, double *times, int64_t *foreign,
-                 volatile int64_t *progress) {
+                 volatile int64_t *progress, int priority) {
+    /* A load generator that the delay engine's real-time threads starve measures its own
+     * lateness: with priority > 0 it runs SCHED_FIFO too (below the engine's 20). */
+    if (priority > 0) {
+        struct sched_param param = {.sched_priority = priority};
+        sched_setscheduler(0, SCHED_FIFO, &param);
+    }
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -errno;
     for (int i = 0; i < nsocks; i++) {

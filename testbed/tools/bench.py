@@ -89,11 +89,57 @@ def delay_fidelity(
         "topology": wan.topology.source,
         "floor_rtt_ms": wan.calibration.floor_rtt_ms if wan.calibration else None,
         "clamped_pairs": wan.clamped,
-        "engine": {key: after[key] for key in _ENGINE_FIGURES},
+        "engine": {key: after.get(key) for key in _ENGINE_FIGURES},  # older engines lack some
     }
     if keep_pairs:
         summary["per_pair"] = _per_pair(wan, pairs, configured, result.rtts_s)
     return summary
+
+
+# Probe rates (per second; two packets each through the engine) a sweep steps through.
+SWEEP_RATES = (5_000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000, 100_000)
+TARGET_P99_MS = 0.1  # the fast data path's goal (issue 27): p99 |error| at >= 100 k packets/s
+
+
+def delay_sweep(
+    wan: Wan,
+    *,
+    rates: Sequence[float] = SWEEP_RATES,
+    step_s: float = 4.0,
+    max_pairs: int = 2000,
+    seed: int = 0,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Probe at increasing rates (each step about `step_s` long) until the p99 error
+    leaves the bound; the knee is the achieved packet rate of that first step.
+
+    Returns {"steps": [...], "knee_pps", "max_pps_within_bound",
+    "max_pps_p99_within_0.1ms", "best": the in-bound step of highest rate (or None)}.
+    """
+    n = len(wan.hosts)
+    pairs = min(n * (n - 1) // 2, max_pairs)
+    steps = []
+    for rate in rates:
+        samples = max(1, round(step_s * rate / pairs))
+        result = delay_fidelity(
+            wan, samples=samples, rate_per_s=rate, max_pairs=max_pairs, seed=seed
+        )
+        step = {"rate_per_s": rate, "samples_per_pair": samples, **result}
+        steps.append(step)
+        if on_step is not None:
+            on_step(step)
+        if result["bound_ratio_p99"] > 1:
+            break
+    within = [s for s in steps if s["bound_ratio_p99"] <= 1]
+    target = [s for s in steps if s["rtt_error_ms"]["p99"] <= TARGET_P99_MS]
+    out_of_bound = [s for s in steps if s["bound_ratio_p99"] > 1]
+    return {
+        "steps": steps,
+        "knee_pps": out_of_bound[0]["pps"] if out_of_bound else None,
+        "max_pps_within_bound": max((s["pps"] for s in within), default=None),
+        "max_pps_p99_within_0.1ms": max((s["pps"] for s in target), default=None),
+        "best": max(within, key=lambda s: s["pps"]) if within else None,
+    }
 
 
 # The engine's own figures a fidelity run reports, as its stats() names them.

@@ -18,18 +18,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import InputError, TestbedError
 
-__all__ = ["DEFAULT_SPEC", "compare_sim_speed", "repository_root"]
+__all__ = ["DEFAULT_SPEC", "commit_worktree", "compare_sim_speed", "repository_root"]
 
 DEFAULT_SPEC = "scripts/experiments/sim-speed.toml"
 SIDE_TIMEOUT_S = 3 * 3600  # a side that runs longer than this is stuck
@@ -45,6 +46,39 @@ def repository_root() -> Path:
             source="<bench sim>",
         )
     return root
+
+
+def resolve_commit(against: str, what: str) -> str:
+    """The full hash of commit `against` of this checkout; InputError names `what`."""
+    root = repository_root()
+    rev = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", f"{against}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if rev.returncode != 0:
+        raise InputError(f"--against {against!r}: not a commit of {root}", source=what)
+    return rev.stdout.strip()
+
+
+@contextlib.contextmanager
+def commit_worktree(commit: str) -> Iterator[Path]:
+    """A temporary git worktree of `commit`, removed however the block ends."""
+    root = repository_root()
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as scratch:
+        tree = Path(scratch) / "old"
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+            )
 
 
 def _side(label: str, tree: Path, spec: str, overrides: list[str], out: Path) -> dict[str, Any]:
@@ -91,40 +125,21 @@ def compare_sim_speed(
         raise InputError(
             "give the spec relative to the repository: each side reads its own", source=spec
         )
-    rev = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "--verify", f"{against}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    if rev.returncode != 0:
-        raise InputError(f"--against {against!r}: not a commit of {root}", source="<bench sim>")
-    commit = rev.stdout.strip()
+    commit = resolve_commit(against, "<bench sim>")
     if repeat < 1:
         raise InputError(f"--repeat {repeat}: expected at least 1", source="<bench sim>")
     olds: list[dict[str, Any]] = []
     news: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-sim-") as scratch:
-        tree = Path(scratch) / "old"
-        subprocess.run(
-            ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            if not (tree / spec).exists():
-                raise InputError(f"{against} has no {spec}", source=spec)
-            # The sides alternate, so that a slow spell of a shared machine hits both.
-            for k in range(repeat):
-                suffix = "" if repeat == 1 else f".{k + 1}"
-                say(f"old side{suffix}: {spec} at {commit[:10]}")
-                olds.append(_side("old", tree, spec, overrides, out / f"old{suffix}"))
-                say(f"new side{suffix}: {spec} in {root}")
-                news.append(_side("new", root, spec, overrides, out / f"new{suffix}"))
-        finally:
-            subprocess.run(
-                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
-                capture_output=True,
-            )
+    with commit_worktree(commit) as tree:
+        if not (tree / spec).exists():
+            raise InputError(f"{against} has no {spec}", source=spec)
+        # The sides alternate, so that a slow spell of a shared machine hits both.
+        for k in range(repeat):
+            suffix = "" if repeat == 1 else f".{k + 1}"
+            say(f"old side{suffix}: {spec} at {commit[:10]}")
+            olds.append(_side("old", tree, spec, overrides, out / f"old{suffix}"))
+            say(f"new side{suffix}: {spec} in {root}")
+            news.append(_side("new", root, spec, overrides, out / f"new{suffix}"))
     old, new = _median_run(olds), _median_run(news)
     return {
         "spec": spec,
