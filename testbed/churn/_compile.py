@@ -57,6 +57,10 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     groups: tuple[tuple[str, ...], ...] = ()
     value: float | None = None
     line: int = 0
+    # bandwidth (between groups[0] and groups[1], or all pairs): rate_mbit and
+    # queue_bytes or queue_packets, empty = removed; access (on groups[0]): up_mbit,
+    # down_mbit, queue_*; reorder: gap_s (value = rate); duplicate: value = rate.
+    params: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class Schedule:
             named = {h for side in event.groups for h in side}
             rest = [h for h in self.hosts if h not in named]
             out["sides"] = [list(side) for side in event.groups] + ([rest] if rest else [])
+        elif event.verb == "access":
+            out["hosts"] = list(event.groups[0])
         elif event.groups:
             out["between"] = [list(side) for side in event.groups]
         if event.verb == "latency":
@@ -100,6 +106,14 @@ class Schedule:
             out["loss_rate"] = {"cut": 1.0, "mend": 0.0}.get(event.verb, event.value)
         elif event.verb == "frame":
             out["frame"] = None if event.value is None else int(event.value)
+        elif event.verb in ("bandwidth", "access"):
+            out.update(event.params or {"removed": True})
+        elif event.verb == "reorder":
+            out["reorder_rate"] = event.value
+            if event.params:
+                out["gap_ms"] = round(event.params["gap_s"] * 1e3, 6)
+        elif event.verb == "duplicate":
+            out["duplicate_rate"] = event.value
         return out
 
     def quiet_periods(self, settle_s: float, reserve_s: float = 1.0) -> list[float]:
@@ -488,6 +502,20 @@ class _Player:
                 statement.end, self.line, lambda t: self.emit(t, verb, groups=groups, value=undo)
             )
 
+    def start_shape(self, t: float) -> None:
+        """bandwidth, access, reorder, duplicate (removed at the span's end)."""
+        statement, verb = self.statement, self.verb
+        groups = tuple(tuple(self.model.members_of(g, statement)) for g in statement.groups)
+        params = {k: float(v) for k, v in statement.extra.items()}  # type: ignore[arg-type]
+        self.emit(t, verb, groups=groups, value=statement.value, params=params)
+        if statement.end is not None:
+            undo_value = None if statement.value is None else 0.0
+            self.later(
+                statement.end,
+                self.line,
+                lambda t: self.emit(t, verb, groups=groups, value=undo_value),
+            )
+
     def start_frame(self, t: float) -> None:
         statement, model = self.statement, self.model
         assert statement.value is not None
@@ -565,6 +593,10 @@ _START: dict[str, Callable[[_Player, float], None]] = {
     "latency": _Player.start_link,
     "loss": _Player.start_link,
     "frame": _Player.start_frame,
+    "bandwidth": _Player.start_shape,
+    "access": _Player.start_shape,
+    "reorder": _Player.start_shape,
+    "duplicate": _Player.start_shape,
     "flap": _Player.start_flap,
     "stop": _Player.start_stop,
 }

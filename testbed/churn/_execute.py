@@ -53,6 +53,10 @@ class ChurnEngine(Protocol):
     def heal(self) -> None: ...
     def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
     def departing(self) -> list[int]: ...  # asked to leave and still running
+    # bandwidth, access links, reordering, duplication: params as in Event.params
+    def shape(
+        self, verb: str, groups: list[list[int]], value: float | None, params: dict[str, float]
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -246,6 +250,9 @@ class Executor:
             else:
                 self.engine.set_loss(rate, groups[0], groups[1])
                 self.engine.set_loss(rate, groups[1], groups[0])
+        elif verb in ("bandwidth", "access", "reorder", "duplicate"):
+            self.engine.shape(verb, groups, event.value, dict(event.params))
+            extra.update(event.params)
         elif verb == "frame":
             assert event.value is not None
             self.base = np.array(self._frames[int(event.value)], dtype=np.float64)

@@ -47,6 +47,10 @@ action: "join" selector                     -> join
       | "heal"                              -> heal
       | "set" "latency" pair latency_value  -> latency
       | "set" "loss" loss_scope percent     -> loss
+      | "set" "bandwidth" loss_scope shaping -> bandwidth
+      | "set" "access" group access_shaping -> access
+      | "set" "reorder" loss_scope percent "gap" time -> reorder
+      | "set" "duplicate" loss_scope percent -> duplicate
       | "frame" INT                         -> frame
       | "flap" pair "every" time            -> flap
       | "stop"                              -> stop
@@ -55,6 +59,13 @@ side: group
     | "random" count                      -> random_side
 
 latency_value: time | MATRIX
+shaping: RATE "queue" size                -> shaped
+       | OFF                              -> unshaped
+access_shaping: direction+ "queue" size   -> access_shaped
+              | OFF                       -> access_unshaped
+direction: DIRECTION RATE
+size: SIZE                                -> size_bytes
+    | NUMBER "packets"                    -> size_packets
 loss_scope: pair | ALL
 pair: group "--" group
 
@@ -87,6 +98,10 @@ time: DURATION                            -> duration
 
 ALL.2: "all"
 MATRIX.2: "matrix"
+OFF.2: "off"
+DIRECTION.2: "up" | "down"
+RATE.4: /\d+(\.\d+)?(kbit|mbit|gbit)(?![A-Za-z0-9_])/
+SIZE.4: /\d+(\.\d+)?(B|kB|MB)(?![A-Za-z0-9_])/
 UNIT: "ms" | "s" | "m" | "h"
 DURATION.3: /(\d+(\.\d+)?(ms|h|m|s))+(?![A-Za-z0-9_])/
 NUMBER: /\d+(\.\d+)?/
@@ -123,6 +138,10 @@ _WORDS = {
     "NUMBER": "a number",
     "INT": "a whole number",
     "DURATION": "a time such as 30s or 1m30s",
+    "RATE": "a rate such as 10mbit (kbit, mbit, gbit)",
+    "SIZE": "a size such as 64kB (B, kB, MB) or 50 packets",
+    "OFF": "off",
+    "DIRECTION": "up or down",
     "UNIT": "a unit (ms, s, m, h)",
     "ALL": "all",
     "MATRIX": "matrix",
@@ -343,6 +362,54 @@ class _ToStatement(Transformer):
     def loss_scope(self, scope: tuple[Group, Group] | Token) -> tuple[Group, ...]:
         return () if isinstance(scope, Token) else scope
 
+    # -- bandwidth -------------------------------------------------------------------------------
+    def _rate_mbit(self, token: Token) -> float:
+        text = str(token)
+        number, unit = float(text[:-4]), text[-4:]
+        mbit = number * {"kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}[unit]
+        if not 0.001 <= mbit <= 100_000:
+            raise _Fail(f"{text}: a rate is within 1kbit..100gbit", token.column)
+        return mbit
+
+    def size_bytes(self, token: Token) -> dict[str, int]:
+        text = str(token)
+        unit = text.lstrip("0123456789.")
+        value = float(text[: len(text) - len(unit)]) * {"B": 1, "kB": 1000, "MB": 1_000_000}[unit]
+        if value != int(value) or not 1514 <= value <= 1 << 30:
+            raise _Fail(
+                f"{text}: a queue holds at least one full frame (1514B) and at most 1GB",
+                token.column,
+            )
+        return {"queue_bytes": int(value)}
+
+    def size_packets(self, token: Token) -> dict[str, int]:
+        value = float(token)
+        if value != int(value) or not 1 <= value <= 1_000_000:
+            raise _Fail(f"{token} packets: a whole number within 1..1000000", token.column)
+        return {"queue_packets": int(value)}
+
+    def shaped(self, rate: Token, size: dict[str, int]) -> dict[str, object]:
+        return {"rate_mbit": self._rate_mbit(rate), **size}
+
+    def unshaped(self, _: Token) -> dict[str, object]:
+        return {}
+
+    def direction(self, which: Token, rate: Token) -> tuple[str, float, int]:
+        return str(which), self._rate_mbit(rate), which.column
+
+    def access_shaped(self, *parts: object) -> dict[str, object]:
+        *directions, size = parts
+        out: dict[str, object] = dict(size)  # type: ignore[call-overload]
+        for which, mbit, column in directions:  # type: ignore[misc]
+            key = f"{which}_mbit"
+            if key in out:
+                raise _Fail(f"`{which}` is given twice", column)
+            out[key] = mbit
+        return out
+
+    def access_unshaped(self, _: Token) -> dict[str, object]:
+        return {}
+
 
 def _action_fields(verb: str, args: list[object]) -> dict[str, object]:
     if verb in HOST_VERBS:
@@ -362,6 +429,19 @@ def _action_fields(verb: str, args: list[object]) -> dict[str, object]:
         if rate > 100:
             raise _Fail(f"a loss rate of {rate:g}% is more than 100%", column)
         return {"groups": args[0], "value": rate / 100.0}
+    if verb in ("bandwidth", "access"):
+        return {"groups": args[0] if verb == "bandwidth" else (args[0],), "extra": args[1]}
+    if verb in ("reorder", "duplicate"):
+        rate, column = args[1]  # type: ignore[misc]
+        if rate > 100:
+            raise _Fail(f"a {verb} rate of {rate:g}% is more than 100%", column)
+        fields: dict[str, object] = {"groups": args[0], "value": rate / 100.0}
+        if verb == "reorder":
+            gap = args[2]
+            if len(gap) == 3 or not 0 < gap[0] <= 60:  # type: ignore[arg-type]
+                raise _Fail("the reorder gap needs a unit and is within 0..60s, as in 10ms", gap[1])  # type: ignore[index]
+            fields["extra"] = {"gap_s": gap[0]}  # type: ignore[index]
+        return fields
     if verb == "frame":
         return {"value": float(args[0])}  # type: ignore[arg-type]
     if verb == "flap":

@@ -13,7 +13,8 @@ from node.can.overlay import Status
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.linkmodel import LinkModel
+from testbed.errors import InputError
+from testbed.linkmodel import LinkModel, Reorder
 from testbed.net import new_run_id, plan_network
 from testbed.sim import Simulator
 from testbed.spec import ExperimentSpec
@@ -107,6 +108,25 @@ class SimEngine:
 
     def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None:
         self.sim.model.set_loss(rate, src, dst)
+
+    def shape(
+        self, verb: str, groups: list[list[int]], value: float | None, params: dict[str, float]
+    ) -> None:
+        """Reordering is the LinkModel's (both engines); bandwidth, access links and
+        duplication are the emulator's: the simulator refuses them (the runner checks
+        the schedule before it starts, so this is a last guard)."""
+        if verb != "reorder":
+            raise InputError(
+                f"`set {verb}` needs the emulator (the simulator models delay, loss, jitter, "
+                "partitions and reordering, not bandwidth or duplication)",
+                source="<churn>",
+            )
+        reorder = None if not value else Reorder(value * 1.0, params["gap_s"] * 1e3)
+        directions = (
+            [(None, None)] if not groups else [(groups[0], groups[1]), (groups[1], groups[0])]
+        )
+        for src, dst in directions:
+            self.sim.model.set_reorder(reorder, src, dst)
 
     def advance(self, until: float) -> None:
         if until > self.sim.now:

@@ -44,6 +44,7 @@ from testbed.churn import Executor, Quiet, Schedule, Universe, schedule_for
 from testbed.engines import Engine
 from testbed.engines.peers import build_node_config, draw_point
 from testbed.engines.sim import SimEngine
+from testbed.errors import InputError
 from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.report import report_quietly
@@ -386,7 +387,22 @@ def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -
     frames, frame = _frames(spec)
     labels = list(topology.labels) if topology.labels else [{} for _ in names]
     universe = Universe(names, labels, frames=frames, frame=frame)
-    return schedule_for(churn.script, churn.trace, churn.trace_down, universe, spec.seed)
+    schedule = schedule_for(churn.script, churn.trace, churn.trace_down, universe, spec.seed)
+    if spec.engine == "sim":
+        for event in schedule.events:
+            if event.verb in EMULATOR_ONLY_VERBS:
+                raise InputError(
+                    f'`set {event.verb}` needs the emulator (engine = "emu"): the simulator '
+                    "models delay, jitter, loss, partitions and reordering, not bandwidth or "
+                    "duplication",
+                    source=schedule.source,
+                    line=event.line,
+                )
+    return schedule
+
+
+# Churn verbs the simulator does not model.
+EMULATOR_ONLY_VERBS = ("bandwidth", "access", "duplicate")
 
 
 def _ref(spec: ExperimentSpec) -> str:

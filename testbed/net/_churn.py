@@ -86,6 +86,10 @@ class Wan(Protocol):
     def partition(self, *groups: Iterable[str | EmuHost]) -> None: ...
     def heal(self) -> None: ...
     def set_loss(self, rate: float, *, src: Any = ..., dst: Any = ...) -> int: ...
+    def set_access(self, hosts: Any = ..., **link: Any) -> int: ...
+    def set_bandwidth(self, rate_mbit: float | None, **options: Any) -> int: ...
+    def set_reorder(self, rate: float, **options: Any) -> int: ...
+    def set_duplicate(self, rate: float, **options: Any) -> int: ...
     def configured_one_way_ms(self) -> np.ndarray: ...
     def monitor_fidelity(self, **options: Any) -> FidelityMonitor: ...
 
@@ -128,6 +132,30 @@ class WanVerbs:
         source = None if src is None else [self._name(h) for h in src]
         target = None if dst is None else [self._name(h) for h in dst]
         self.wan.set_loss(rate, src=source, dst=target)
+
+    def shape(
+        self, verb: str, groups: list[list[int]], value: float | None, params: dict[str, float]
+    ) -> None:
+        """set bandwidth / access / reorder / duplicate (both directions of a pair)."""
+        names = [[self._name(h) for h in g] for g in groups]
+        if verb == "access":
+            queue = {k: int(params[k]) for k in ("queue_bytes", "queue_packets") if k in params}
+            self.wan.set_access(
+                names[0], up_mbit=params.get("up_mbit"), down_mbit=params.get("down_mbit"), **queue
+            )
+            return
+        directions = [(None, None)] if not names else [(names[0], names[1]), (names[1], names[0])]
+        for src, dst in directions:
+            if verb == "bandwidth":
+                queue = {k: int(params[k]) for k in ("queue_bytes", "queue_packets") if k in params}
+                self.wan.set_bandwidth(params.get("rate_mbit"), src=src, dst=dst, **queue)
+            elif verb == "reorder":
+                gap = params.get("gap_s")
+                self.wan.set_reorder(
+                    value or 0.0, gap_ms=None if gap is None else gap * 1e3, src=src, dst=dst
+                )
+            else:
+                self.wan.set_duplicate(value or 0.0, src=src, dst=dst)
 
 
 class ProgramEngine(WanVerbs):

@@ -880,8 +880,8 @@ class Wan:
                         },
                     )
                     self.engine.shutdown()
-                except (OSError, ControlError, ValueError) as exc:
-                    problems.append(f"engine: {exc}")
+                except Exception as exc:  # noqa: BLE001 - whatever the engine said, teardown goes on
+                    problems.append(f"engine: {type(exc).__name__}: {exc}")
                 self.engine.close()
             if self._engine_proc is not None:
                 try:

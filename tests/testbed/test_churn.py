@@ -333,3 +333,49 @@ def test_a_percentage_of_a_group_is_of_that_group():
     up_in_c1 = sum(1 for h in {*group.hosts, *everyone.hosts} if int(h[1:]) % 4 == 2)
     assert len(crash.hosts) == round(0.4 * up_in_c1)
     assert all(int(h[1:]) % 4 == 2 for h in crash.hosts)
+
+
+def test_bandwidth_access_reorder_and_duplicate_compile_with_units_and_undo():
+    hosts = [f"h{k}" for k in range(1, 5)]
+    labels = [{"cluster": "a"}, {"cluster": "a"}, {"cluster": "b"}, {"cluster": "b"}]
+    script = "\n".join(
+        [
+            "from 10s to 20s set bandwidth cluster=a -- cluster=b 10mbit queue 64kB",
+            "at 5s set access h1,h2 down 100mbit up 20mbit queue 50 packets",
+            "at 30s set access h1,h2 off",
+            "from 1s to 2s set reorder all 5% gap 10ms",
+            "at 3s set duplicate h1 -- h3 1%",
+        ]
+    )
+    schedule = compile_churn(parse_churn(script), Universe(hosts, labels), seed=1)
+    records = [schedule.record(e) for e in schedule.events]
+    by = {(r["verb"], r["t_s"]): r for r in records}
+    assert by[("bandwidth", 10.0)]["between"] == [["h1", "h2"], ["h3", "h4"]]
+    assert by[("bandwidth", 10.0)]["rate_mbit"] == 10.0
+    assert by[("bandwidth", 10.0)]["queue_bytes"] == 64000
+    assert by[("bandwidth", 20.0)]["removed"] is True  # the span's end
+    access = by[("access", 5.0)]
+    assert (access["down_mbit"], access["up_mbit"], access["queue_packets"]) == (100.0, 20.0, 50)
+    assert access["hosts"] == ["h1", "h2"]
+    assert by[("access", 30.0)]["removed"] is True
+    assert by[("reorder", 1.0)]["reorder_rate"] == 0.05 and by[("reorder", 1.0)]["gap_ms"] == 10.0
+    assert by[("reorder", 2.0)]["reorder_rate"] == 0.0
+    assert by[("duplicate", 3.0)]["duplicate_rate"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("at 1s set bandwidth h1 -- h2 10 queue 64kB", "a rate such as 10mbit"),
+        ("at 1s set bandwidth h1 -- h2 10mbit queue 100B", "one full frame"),
+        ("at 1s set bandwidth h1 -- h2 10mbit", "the statement ends too early"),
+        ("at 1s set access h1 up 1mbit up 2mbit queue 64kB", "`up` is given twice"),
+        ("at 1s set reorder all 5% gap 10", "needs a unit"),
+        ("at 1s set duplicate all 150%", "more than 100%"),
+        ("at 1s set bandwidth h1 -- h2 200gbit queue 1MB", "within 1kbit..100gbit"),
+    ],
+)
+def test_bad_shaping_statements_name_the_column(text, says):
+    with pytest.raises(InputError, match=says) as info:
+        parse_churn(text, "s.churn")
+    assert str(info.value).startswith("s.churn:1:")

@@ -93,3 +93,29 @@ def test_bad_shaping_requests_change_nothing(wan):
     described = wan.engine.describe()
     assert described["bandwidth_pairs"] == [] and described["duplicate_all"] == 0.0
     assert wan.access == {}
+
+
+def test_a_churn_script_shapes_and_unshapes(wan, tmp_path):
+    script = tmp_path / "shape.churn"
+    script.write_text(
+        "from 0s to 1s set access h3 down 5mbit queue 20kB\n"
+        "from 0s to 1s set duplicate h1 -- h2 100%\n"
+        "from 0s to 1s set bandwidth h1 -- h3 2mbit queue 10 packets\n"
+        "at 2s stop\n"
+    )
+    seen = {}
+
+    def look(record):
+        if record.get("due_t") == 0.0 and record.get("verb") == "bandwidth":
+            seen["access"] = dict(wan.access)
+            seen["described"] = wan.engine.describe()
+
+    wan.apply_churn(script, command="true", settle_s=0.5, on_event=look)
+    assert set(seen["access"]) == {"h3"}
+    pairs = {(s, d) for s, d, _ in seen["described"]["bandwidth_pairs"]}
+    assert pairs == {(0, 2), (2, 0)}  # both directions of the pair
+    assert {(s, d) for s, d, _ in seen["described"]["duplicate_pairs"]} == {(0, 1), (1, 0)}
+    # undone at the spans' end
+    assert wan.access == {}
+    described = wan.engine.describe()
+    assert described["bandwidth_pairs"] == [] and described["duplicate_pairs"] == []
