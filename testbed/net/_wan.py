@@ -880,7 +880,7 @@ class Wan:
                         },
                     )
                     self.engine.shutdown()
-                except Exception as exc:  # noqa: BLE001 - whatever the engine said, teardown goes on
+                except Exception as exc:  # whatever the engine said, teardown goes on
                     problems.append(f"engine: {type(exc).__name__}: {exc}")
                 self.engine.close()
             if self._engine_proc is not None:
