@@ -229,11 +229,46 @@ class Wan:
             self.calibration = _calibrate(self.engine, self.hosts, self.run_dir)
             self._log.write("bringup.calibration", **_asdict(self.calibration))
         self._load_checked(self.topology, clamp=clamp, initial=True)
+        self._apply_links()
         assert self.engine is not None
         self.engine.counters(reset=True)
         self.up_s = time.monotonic() - t0
         self._log.write("bringup.done", up_s=round(self.up_s, 3), clamped=self.clamped)
         self._write_description()
+
+    def _apply_links(self) -> None:
+        """The topology spec's [[access]] and [[bandwidth]] settings, on the hosts whose
+        node (name or label) they select; one that selects none of this run's hosts
+        (a subset of the topology) is logged as such."""
+        for link in self.topology.links:
+
+            def chosen(selector: str | tuple[str, ...], link: Any = link) -> list[str]:
+                return [h.name for h in self.hosts if link.matches(selector, h.node, h.labels)]
+
+            if link.kind == "access":
+                hosts = chosen(link.hosts)
+                if hosts:
+                    self.set_access(
+                        hosts,
+                        up_mbit=link.up_mbit,
+                        down_mbit=link.down_mbit,
+                        queue_bytes=link.queue_bytes,
+                        queue_packets=link.queue_packets,
+                    )
+                self._log.write("wan.links", where=link.where, setting="access", hosts=hosts)
+            else:
+                src, dst = chosen(link.src), chosen(link.dst)
+                if src and dst:
+                    self.set_bandwidth(
+                        link.rate_mbit,
+                        src=src,
+                        dst=dst,
+                        queue_bytes=link.queue_bytes,
+                        queue_packets=link.queue_packets,
+                    )
+                self._log.write(
+                    "wan.links", where=link.where, setting="bandwidth", src=src, dst=dst
+                )
 
     def _start_containers(self, progress: Any) -> set[str]:
         """Start the container hosts (each group with its image and limits) and name
@@ -417,6 +452,13 @@ class Wan:
             names = [names]
         out = []
         for name in names:
+            if isinstance(name, str) and "=" in name:  # a label: every host that has it
+                key, _, value = name.partition("=")
+                labelled = [h.index for h in self.hosts if h.labels.get(key) == value]
+                if not labelled:
+                    raise ControlError(op, f"no host has the label {name}", field=field_name)
+                out.extend(labelled)
+                continue
             try:
                 out.append(self.host(name).index)
             except ControlError:

@@ -12,6 +12,7 @@ Public API::
     sharcnet_grid(load_topology("planetlab"), seed=1)
 """
 
+from testbed.topology._matrix import LinkSetting as LinkSetting
 from testbed.topology._matrix import Topology as Topology
 from testbed.topology._matrix import read_matrix as read_matrix
 from testbed.topology._matrix import write_matrix as write_matrix
@@ -26,6 +27,7 @@ from testbed.topology._sharcnet import sharcnet_grid as sharcnet_grid
 __all__ = [
     "DEFAULT_CLUSTERS",
     "IntraLatency",
+    "LinkSetting",
     "PLANETLAB_FRAMES",
     "Topology",
     "load_topology",

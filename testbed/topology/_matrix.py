@@ -39,6 +39,37 @@ _MISSING_MARKERS = frozenset({"", "-", "?", "na", "n/a", "nan", "null", "none", 
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
+@dataclass(frozen=True)
+class LinkSetting:
+    """A topology spec's bandwidth setting, on hosts chosen by node name or label.
+
+    kind "access": `hosts` get access links (up_mbit, down_mbit, queue_*);
+    kind "bandwidth": every pair from `src` to `dst` gets a path (rate_mbit, queue_*).
+    A selector is "all", "key=value" (a label) or a tuple of node names.
+    """
+
+    kind: str
+    hosts: str | tuple[str, ...] = ()
+    src: str | tuple[str, ...] = ()
+    dst: str | tuple[str, ...] = ()
+    up_mbit: float | None = None
+    down_mbit: float | None = None
+    rate_mbit: float | None = None
+    queue_bytes: int = 0
+    queue_packets: int = 0
+    where: str = ""  # "<file> [[access]] #1", for messages
+
+    def matches(
+        self, selector: str | tuple[str, ...], name: str, labels: Mapping[str, str]
+    ) -> bool:
+        if selector == "all":
+            return True
+        if isinstance(selector, str):
+            key, _, value = selector.partition("=")
+            return labels.get(key) == value
+        return name in selector
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     """An immutable latency matrix with node names and labels.
@@ -48,12 +79,15 @@ class Topology:
         names: one unique name per node, e.g. "n17" or "c3-12".
         labels: one mapping per node, e.g. {"cluster": "c3"} (may be empty).
         source: where the matrix came from and what was done to it.
+        links: bandwidth settings of a topology spec ([[access]], [[bandwidth]]),
+            applied by the emulator at bring-up.
     """
 
     rtt_ms: np.ndarray
     names: tuple[str, ...]
     labels: tuple[Mapping[str, str], ...] = ()
     source: str = "<memory>"
+    links: tuple[LinkSetting, ...] = ()
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +200,7 @@ class Topology:
             tuple(self.names[k] for k in idx),
             tuple(self.labels[k] for k in idx),
             f"{self.source} | {how}",
+            self.links,
         )
 
     def select(
@@ -244,7 +279,11 @@ class Topology:
         if factor == 1:
             return self
         return Topology(
-            self.rtt_ms * factor, self.names, self.labels, f"{self.source} | scale {factor:g}"
+            self.rtt_ms * factor,
+            self.names,
+            self.labels,
+            f"{self.source} | scale {factor:g}",
+            self.links,
         )
 
     def clamped(self, floor_rtt_ms: float) -> tuple[Topology, int]:
@@ -261,12 +300,16 @@ class Topology:
         np.fill_diagonal(low, False)
         matrix[low] = floor_rtt_ms
         return Topology(
-            matrix, self.names, self.labels, f"{self.source} | clamp {floor_rtt_ms:.3f} ms"
+            matrix,
+            self.names,
+            self.labels,
+            f"{self.source} | clamp {floor_rtt_ms:.3f} ms",
+            self.links,
         ), len(below)
 
     def with_rtt(self, rtt_ms: np.ndarray, how: str) -> Topology:
         """Same nodes, another matrix (e.g. another time frame of the same hosts)."""
-        return Topology(rtt_ms, self.names, self.labels, f"{self.source} | {how}")
+        return Topology(rtt_ms, self.names, self.labels, f"{self.source} | {how}", self.links)
 
 
 # -- files ---------------------------------------------------------------------------------------

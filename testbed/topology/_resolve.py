@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -20,7 +22,7 @@ import msgspec
 
 from testbed.errors import TopologyError
 from testbed.spec import TopologySpec
-from testbed.topology._matrix import Topology, read_matrix
+from testbed.topology._matrix import LinkSetting, Topology, read_matrix
 from testbed.topology._sharcnet import DEFAULT_CLUSTERS, GIGE, MYRINET, IntraLatency, sharcnet_grid
 
 __all__ = ["TOPOLOGY_DIR", "load_topology", "planetlab_frame", "resolve_topology"]
@@ -60,11 +62,97 @@ class _Sharcnet(msgspec.Struct, forbid_unknown_fields=True):
     gige_latency: _Intra | None = None
 
 
+class _Access(msgspec.Struct, forbid_unknown_fields=True):
+    hosts: str | list[str]
+    up_mbit: float | None = None
+    down_mbit: float | None = None
+    queue_bytes: int = 0
+    queue_packets: int = 0
+
+
+class _Bandwidth(msgspec.Struct, forbid_unknown_fields=True):
+    src: str | list[str]
+    dst: str | list[str]
+    rate_mbit: float
+    queue_bytes: int = 0
+    queue_packets: int = 0
+
+
 class _TopologySpec(msgspec.Struct, forbid_unknown_fields=True):
     matrix: str | None = None
     names: list[str] | None = None
     scale: float = 1.0
     sharcnet: _Sharcnet | None = None
+    access: list[_Access] = []
+    bandwidth: list[_Bandwidth] = []
+
+
+def _links(spec: _TopologySpec, topology: Topology, source: str) -> tuple[LinkSetting, ...]:
+    """The spec's [[access]] and [[bandwidth]] tables, checked against the topology."""
+    out = []
+    for table, entries in (("access", spec.access), ("bandwidth", spec.bandwidth)):
+        for k, entry in enumerate(entries, start=1):
+            where = f"[[{table}]] #{k}"
+
+            def fail(field: str, why: str, where: str = where) -> TopologyError:
+                return TopologyError(f"{where}: {field}: {why}", source=source)
+
+            selectors = (
+                {"hosts": entry.hosts}
+                if table == "access"
+                else {"src": entry.src, "dst": entry.dst}
+            )  # type: ignore[union-attr]
+            chosen: dict[str, str | tuple[str, ...]] = {}
+            for field, value in selectors.items():
+                selector = value if isinstance(value, str) else tuple(value)
+                if isinstance(selector, str) and selector != "all" and "=" not in selector:
+                    raise fail(
+                        field,
+                        f'{selector!r}: expected "all", a label "key=value" or a list of node names',
+                    )
+                if isinstance(selector, tuple):
+                    unknown = [n for n in selector if n not in topology.names]
+                    if unknown or not selector:
+                        raise fail(field, f"no such node(s): {unknown[:5] or 'an empty list'}")
+                probe = LinkSetting(kind=table)
+                if not any(
+                    probe.matches(selector, n, lab)
+                    for n, lab in zip(
+                        topology.names, topology.labels or [{}] * topology.n, strict=True
+                    )
+                ):
+                    raise fail(field, f"{selector!r} matches no node of the topology")
+                chosen[field] = selector
+            rates = (
+                {"up_mbit": entry.up_mbit, "down_mbit": entry.down_mbit}
+                if table == "access"
+                else {"rate_mbit": entry.rate_mbit}
+            )  # type: ignore[union-attr]
+            for field, rate in rates.items():
+                if rate is not None and not (math.isfinite(rate) and 0.001 <= rate <= 100_000):
+                    raise fail(field, f"{rate!r}: a rate in Mbit/s within 0.001..100000")
+            if all(rate is None for rate in rates.values()):
+                raise fail("up_mbit" if table == "access" else "rate_mbit", "no rate given")
+            if (entry.queue_bytes > 0) == (entry.queue_packets > 0) or min(
+                entry.queue_bytes, entry.queue_packets
+            ) < 0:
+                raise fail(
+                    "queue_bytes",
+                    "give the queue's size as queue_bytes or queue_packets (one, > 0)",
+                )
+            if 0 < entry.queue_bytes < 1514:
+                raise fail("queue_bytes", f"{entry.queue_bytes}: less than one full frame (1514)")
+            out.append(
+                LinkSetting(
+                    kind=table,
+                    **chosen,  # type: ignore[arg-type]
+                    **rates,  # type: ignore[arg-type]
+                    queue_bytes=entry.queue_bytes,
+                    queue_packets=entry.queue_packets,
+                    where=f"{source} {where}",
+                )
+            )
+    return tuple(out)
 
 
 def _intra(spec: _Intra | None, default: IntraLatency) -> IntraLatency:
@@ -110,6 +198,9 @@ def _load_spec(path: Path) -> Topology:
             myrinet_latency=_intra(gen.myrinet_latency, MYRINET),
             gige_latency=_intra(gen.gige_latency, GIGE),
         )
+    links = _links(spec, topology, source)
+    if links:
+        topology = dataclasses.replace(topology, links=links)
     return topology.scaled(spec.scale)
 
 

@@ -119,3 +119,22 @@ def test_a_churn_script_shapes_and_unshapes(wan, tmp_path):
     assert wan.access == {}
     described = wan.engine.describe()
     assert described["bandwidth_pairs"] == [] and described["duplicate_pairs"] == []
+
+
+def test_a_topology_specs_links_are_applied_at_bring_up(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text(
+        '[sharcnet]\nseed = 1\nclusters = [3, 3]\ninter = "planetlab:1"\n'
+        'myrinet_latency = { dist = "uniform", low_ms = 0.56, high_ms = 0.64 }\n'
+        'gige_latency = { dist = "uniform", low_ms = 8.0, high_ms = 12.0 }\n'
+        '[[access]]\nhosts = "cluster=c1"\ndown_mbit = 50\nqueue_bytes = 100000\n'
+        '[[bandwidth]]\nsrc = "cluster=c1"\ndst = "cluster=c0"\nrate_mbit = 20\nqueue_packets = 100\n'
+    )
+    with open_wan(path, clamp=True, mininet=False, run_dir=tmp_path / "run") as wan:
+        c1 = sorted(h.name for h in wan.hosts if h.labels.get("cluster") == "c1")
+        assert sorted(wan.access) == c1 and len(c1) == 3
+        pairs = wan.engine.describe()["bandwidth_pairs"]
+        assert len(pairs) == 9 and all(p[2]["rate_mbit"] == 20.0 for p in pairs)
+        # labels work in the API too
+        assert wan.set_access("cluster=c0", up_mbit=5, queue_packets=10) == 3
+        assert len(wan.access) == 6
