@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define RECV_BATCH 32
+
 static double clock_s(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -70,8 +72,10 @@ int64_t pg_probe(int nsocks, const int *fds, const uint32_t *ips, int64_t total,
     double interval = 1.0 / rate, start_wall = clock_s(CLOCK_REALTIME);
     double next_send = clock_s(CLOCK_MONOTONIC), deadline = -1.0, last_reply = start_wall;
     uint8_t packet[16];
-    uint8_t buf[2048];
-    char control[256];
+    static __thread uint8_t bufs[RECV_BATCH][256];
+    static __thread char controls[RECV_BATCH][128];
+    struct mmsghdr msgs[RECV_BATCH];
+    struct iovec iovs[RECV_BATCH];
     struct epoll_event events[64];
     for (;;) {
         double now = clock_s(CLOCK_MONOTONIC);
@@ -108,35 +112,48 @@ int64_t pg_probe(int nsocks, const int *fds, const uint32_t *ips, int64_t total,
         for (int e = 0; e < ready; e++) {
             int fd = fds[events[e].data.u32];
             for (;;) {
-                struct iovec iov = {buf, sizeof buf};
-                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
-                                     .msg_controllen = sizeof control};
-                ssize_t len = recvmsg(fd, &msg, MSG_DONTWAIT);
-                if (len < 0) break;
-                double arrived = -1.0;
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-                    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-                        struct timespec t;
-                        memcpy(&t, CMSG_DATA(c), sizeof t);
-                        arrived = t.tv_sec + t.tv_nsec * 1e-9;
+                /* A batch per system call: at 50,000 replies/s one recvmsg each costs a core's tenth. */
+                for (int i = 0; i < RECV_BATCH; i++) {
+                    iovs[i].iov_base = bufs[i];
+                    iovs[i].iov_len = sizeof bufs[i];
+                    memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+                    msgs[i].msg_hdr.msg_iov = &iovs[i];
+                    msgs[i].msg_hdr.msg_iovlen = 1;
+                    msgs[i].msg_hdr.msg_control = controls[i];
+                    msgs[i].msg_hdr.msg_controllen = sizeof controls[i];
+                }
+                int got = recvmmsg(fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL);
+                if (got <= 0) break;
+                for (int i = 0; i < got; i++) {
+                    struct msghdr *msg = &msgs[i].msg_hdr;
+                    const uint8_t *buf = bufs[i];
+                    size_t len = msgs[i].msg_len;
+                    double arrived = -1.0;
+                    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                            struct timespec t;
+                            memcpy(&t, CMSG_DATA(c), sizeof t);
+                            arrived = t.tv_sec + t.tv_nsec * 1e-9;
+                        }
                     }
+                    if (arrived < 0.0) arrived = clock_s(CLOCK_REALTIME);
+                    if (len < 20) { (*foreign)++; continue; }
+                    size_t hl = (size_t)(buf[0] & 0x0f) * 4;
+                    if (len < hl + 16 || buf[hl] != 0 || get32(buf + hl + 8) != session) {
+                        (*foreign)++;
+                        continue;
+                    }
+                    int64_t k = (int64_t)(uint32_t)(get32(buf + hl + 12) - base);
+                    if (k < 0 || k >= sent || sent_at[k] <= 0.0) {
+                        (*foreign)++; /* a duplicate, or a reply to an earlier batch */
+                        continue;
+                    }
+                    rtt[k] = arrived - sent_at[k];
+                    sent_at[k] = 0.0;
+                    received++;
+                    if (arrived > last_reply) last_reply = arrived;
                 }
-                if (arrived < 0.0) arrived = clock_s(CLOCK_REALTIME);
-                if (len < 20) { (*foreign)++; continue; }
-                size_t hl = (size_t)(buf[0] & 0x0f) * 4;
-                if ((size_t)len < hl + 16 || buf[hl] != 0 || get32(buf + hl + 8) != session) {
-                    (*foreign)++;
-                    continue;
-                }
-                int64_t k = (int64_t)(uint32_t)(get32(buf + hl + 12) - base);
-                if (k < 0 || k >= sent || sent_at[k] <= 0.0) {
-                    (*foreign)++; /* a duplicate, or a reply to an earlier batch */
-                    continue;
-                }
-                rtt[k] = arrived - sent_at[k];
-                sent_at[k] = 0.0;
-                received++;
-                if (arrived > last_reply) last_reply = arrived;
+                if (got < RECV_BATCH) break;
             }
         }
     }
