@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.linkmodel import DROP_REASONS, LinkModel
+from testbed.net.delay._native import load_library
 
 __all__ = ["FastCore", "library_path", "load"]
 
@@ -86,16 +87,8 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
     if _loaded:
         return _lib, _why_not
     _loaded = True
-    if not _LIBRARY.exists():
-        _why_not = f"{_LIBRARY.name} is not built (run `make install`)"
-        return None, _why_not
-    if _SOURCE.exists() and _SOURCE.stat().st_mtime > _LIBRARY.stat().st_mtime:
-        _why_not = f"{_LIBRARY.name} is older than {_SOURCE.name} (run `make install`)"
-        return None, _why_not
-    try:
-        lib = ctypes.CDLL(str(_LIBRARY))
-    except OSError as exc:
-        _why_not = f"cannot load {_LIBRARY.name}: {exc}"
+    lib, _why_not = load_library(_LIBRARY, _SOURCE)
+    if lib is None:
         return None, _why_not
     P, u32, i32, u64, i64, d = (
         ctypes.c_void_p,

@@ -291,16 +291,7 @@ class DelayEngine:
             # At most 1 s: a data thread that ended on an error is noticed soon.
             timeout = min(1.0, max(0.0, next_stats - time.time()))
             readable, _, _ = select.select([listener, wake_r, *self._clients], [], [], timeout)
-            if wake_r in readable:
-                try:
-                    wake_r.recv(64)
-                except BlockingIOError:
-                    pass
-            if listener in readable:
-                self._accept(listener)
-            for fd in readable:
-                if isinstance(fd, int) and fd in self._clients:
-                    self._read_client(fd)
+            self._serve_readable(readable, listener, wake_r)
             if time.time() >= next_stats:
                 self.log("stats", **self._op_stats({}))
                 next_stats = time.time() + self.config.stats_interval_s
@@ -360,19 +351,25 @@ class DelayEngine:
                         immediate.append(prefix + pack(verdict, packet_id))
                 if immediate:
                     nfq.send_verdicts(b"".join(immediate))
-            if wake_r in readable:
-                try:
-                    wake_r.recv(64)
-                except BlockingIOError:
-                    pass
-            if listener in readable:
-                self._accept(listener)
-            for fd in readable:
-                if isinstance(fd, int) and fd in self._clients:
-                    self._read_client(fd)
+            self._serve_readable(readable, listener, wake_r)
         self.log("shutdown", reason="request or signal")
 
     # -- control ------------------------------------------------------------------------------------
+
+    def _serve_readable(
+        self, readable: list[Any], listener: socket.socket, wake_r: socket.socket
+    ) -> None:
+        """Drain the signal wake-up, accept clients and answer their requests."""
+        if wake_r in readable:
+            try:
+                wake_r.recv(64)
+            except BlockingIOError:
+                pass
+        if listener in readable:
+            self._accept(listener)
+        for fd in readable:
+            if isinstance(fd, int) and fd in self._clients:
+                self._read_client(fd)
 
     def _accept(self, listener: socket.socket) -> None:
         try:
