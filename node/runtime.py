@@ -106,14 +106,16 @@ class NodeRuntime:
     def flush(self) -> None:
         """Drain the peer's outputs (node/drive.py, the step the simulator takes too).
         Synchronous on purpose: no other task runs between an input and this."""
-        self._wrote = False
         self._reported_at_once = False
         drain(self.peer, self.now(), self)
         while self._reported_at_once:  # a rank that could not start was reported finished
             self._reported_at_once = False
             drain(self.peer, self.now(), self)
+        # Whatever was logged since the last flush, by the drain or before it (a rank's
+        # record): a peer crashed with kill -9 must not lose lines it already wrote.
         if self._wrote and self._log is not None:
             self._log.flush()
+        self._wrote = False
         if not self._status_changed.is_set():
             self._status_changed.set()
 
@@ -121,7 +123,6 @@ class NodeRuntime:
 
     def on_event(self, record: dict[str, Any]) -> None:
         self.write(record)
-        self._wrote = True
         if record["kind"] == "left":
             self.done.set()
         elif record["kind"] == "rtt" and record["request"] in self._rtt_waiting:
@@ -184,6 +185,7 @@ class NodeRuntime:
         if self._log is not None:
             line = {"host": self.name, "wall": round(time.time(), 6), **record}
             self._log.write(json.dumps(line, separators=(",", ":")) + "\n")
+            self._wrote = True
 
     async def _run_rank(self, action: RunTask, scope: trio.CancelScope) -> None:
         config = self.peer.config.sched

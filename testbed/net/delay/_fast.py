@@ -69,6 +69,7 @@ class _Stats(ctypes.Structure):
         ("path_offset_s", ctypes.c_double),
         ("last_error_s", ctypes.c_double),
         ("have_last_error", ctypes.c_int64),
+        ("spun_s", ctypes.c_double),
     ]
 
 
@@ -305,6 +306,7 @@ class FastCore:
             "verdict_send_errors": s.send_errors,
             "early_s": s.early_s,
             "lead_s": s.lead_s,
+            "spun_s": round(s.spun_s, 3),
         }
 
     def next_due(self) -> float | None:
