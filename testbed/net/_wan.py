@@ -54,7 +54,7 @@ from testbed.net._probe import IcmpProber
 from testbed.net._programs import ExecResult, HostProcess, Programs, process_report
 from testbed.net._registry import RunRecord
 from testbed.net._shaping import AccessLink, apply_access
-from testbed.net.delay import EngineClient, write_delay_file
+from testbed.net.delay import EngineClient, compiled_datapath, write_delay_file
 from testbed.runs import JsonLog, new_run_dir, write_json
 from testbed.topology import Topology, load_topology, write_matrix
 
@@ -1028,8 +1028,6 @@ def _engine_module(checkout: Path | None) -> str | None:
 
 def _engine_choice(queues: int | None, source: str | Path | None) -> tuple[int, Path | None]:
     """(queues, source checkout) for the delay engine, checked."""
-    from testbed.net.delay import compiled_datapath
-
     checkout = None
     if source is not None:
         checkout = Path(source).resolve()

@@ -16,16 +16,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from testbed.linkmodel import DROP_REASONS, LinkModel
 from testbed.net.delay._native import load_library
 
-__all__ = ["FastCore", "library_path", "load"]
+__all__ = ["FastCore", "FastCores", "load"]
 
 _HERE = Path(__file__).resolve().parent
 _SOURCE = _HERE / "fastpath.c"
@@ -78,10 +80,6 @@ _why_not: str | None = None
 _loaded = False
 
 
-def library_path() -> Path:
-    return _LIBRARY
-
-
 def load() -> tuple[ctypes.CDLL | None, str | None]:
     """The library, or None and why it is not usable."""
     global _lib, _why_not, _loaded
@@ -91,10 +89,9 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
     lib, _why_not = load_library(_LIBRARY, _SOURCE)
     if lib is None:
         return None, _why_not
-    P, u32, i32, u64, i64, d = (
+    P, u32, u64, i64, d = (
         ctypes.c_void_p,
         ctypes.c_uint32,
-        ctypes.c_int32,
         ctypes.c_uint64,
         ctypes.c_int64,
         ctypes.c_double,
@@ -123,9 +120,13 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
         func = getattr(lib, name)
         func.restype = restype
         func.argtypes = argtypes
-    del i32
     _lib = lib
     return _lib, None
+
+
+def _figure(name: str) -> Any:
+    """A read-only attribute of FastCore taken from its figures()."""
+    return property(lambda core: core.figures()[name])
 
 
 class FastCore:
@@ -197,19 +198,14 @@ class FastCore:
         self._keep = [rows]
         self._synced = model.version
 
-    def _locked(self) -> Any:
-        core = self
-
-        class _Guard:
-            def __enter__(self) -> None:
-                core._mutex.acquire()
-                core._lib.fp_lock(core._fp)
-
-            def __exit__(self, *exc: object) -> None:
-                core._lib.fp_unlock(core._fp)
-                core._mutex.release()
-
-        return _Guard()
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._mutex:
+            self._lib.fp_lock(self._fp)
+            try:
+                yield
+            finally:
+                self._lib.fp_unlock(self._fp)
 
     @property
     def path_offset_s(self) -> float:
@@ -314,29 +310,13 @@ class FastCore:
             due = self._lib.fp_next_due(self._fp)
         return None if due < 0 else float(due)
 
-    @property
-    def held(self) -> int:
-        return int(self._stats().held)
-
-    @property
-    def max_held(self) -> int:
-        return int(self._stats().max_held)
-
-    @property
-    def packets_in(self) -> int:
-        return int(self._stats().packets_in)
-
-    @property
-    def foreign(self) -> int:
-        return int(self._stats().foreign)
-
-    @property
-    def no_timestamp(self) -> int:
-        return int(self._stats().no_timestamp)
-
-    @property
-    def drops(self) -> dict[str, int]:
-        return dict(zip(_REASONS, self._stats().drops, strict=True))
+    # DelayCore's counters, read from figures() (one lock for all of them).
+    held = _figure("held")
+    max_held = _figure("max_held")
+    packets_in = _figure("packets_in")
+    foreign = _figure("foreign")
+    no_timestamp = _figure("no_timestamp")
+    drops = _figure("drops")
 
     @property
     def last_release_error_s(self) -> float | None:

@@ -264,7 +264,6 @@ class DelayEngine:
                 outcome[k] = shard.run()  # held packets are dropped when it returns
 
             threads.append(threading.Thread(target=data, name=f"datapath-{k}", daemon=True))
-        held_before = 0
         for thread in threads:
             thread.start()
         try:
