@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import subprocess
 import sys
@@ -19,11 +20,30 @@ from testbed.runs import write_json
 __all__ = ["LocalPeer", "free_udp_port"]
 
 
+# Ports handed out by this process (a peer binds its port a moment after it is chosen).
+_handed_out: set[int] = set()
+# Below Linux's ephemeral range (32768-60999 by default): a port the kernel lends to some
+# process's outgoing socket between our check and the peer's bind was a test flake
+# ("Address already in use"); ports here are only taken by explicit binds.
+PORT_RANGE = (20_000, 32_767)
+
+
 def free_udp_port() -> int:
-    """A UDP port on 127.0.0.1 that nobody uses right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A UDP port on 127.0.0.1 that nobody uses right now, outside the ephemeral range,
+    not handed out before by this process."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(*PORT_RANGE)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free UDP port in {PORT_RANGE[0]}..{PORT_RANGE[1]} on 127.0.0.1")
 
 
 class LocalPeer:
