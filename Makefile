@@ -39,7 +39,7 @@ system-deps:
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@test -x $(BIN)/python || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,cluster]'
 	@touch $@
 
 demo: install

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,14 @@ from typing import Any
 
 from testbed.errors import InputError
 
-__all__ = ["JsonLog", "new_run_dir", "strip_none", "write_json"]
+__all__ = [
+    "JsonLog",
+    "new_run_dir",
+    "pack_folder",
+    "strip_none",
+    "unpack_folder",
+    "write_json",
+]
 
 DEFAULT_RUNS_DIR = Path("runs")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -84,3 +93,25 @@ class JsonLog:
     def close(self) -> None:
         with self._lock:
             self._stream.close()
+
+
+def pack_folder(folder: Path) -> bytes:
+    """A run folder as a gzipped tar (for a run made on another machine)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+    return buffer.getvalue()
+
+
+def unpack_folder(packed: bytes, folder: Path) -> None:
+    """Unpack what pack_folder made into `folder` (created); nothing may land outside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    root = folder.resolve()
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+        members = tar.getmembers()
+        for member in members:  # tarfile's filters need Python 3.11.4; Debian 12 has 3.11.2
+            target = (root / member.name).resolve()
+            if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+                raise ValueError(f"a packed run folder holds {member.name!r}: not a plain file")
+        tar.extractall(root, members=members)

@@ -35,6 +35,7 @@ __all__ = [
     "SchedSpec",
     "WorkloadSpec",
     "ChurnSpec",
+    "cluster_address_problem",
     "DtmTechnique",
     "ExperimentSpec",
     "GnpTechnique",
@@ -578,6 +579,7 @@ class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
     boundary_ms: float | None = None  # Table 5.6's error rates at this cluster diameter
     paper: Literal["5.2", "5.4", "5.5", "5.6"] | None = None  # the thesis's table to print beside
     workers: int = 0  # processes running seeds side by side; 0: one per core
+    cluster: str | None = None  # run the seeds as Ray tasks there ("local" or an address)
     probe_rate: float = 50.0  # emulator: Pings per second per peer (the prober's budget) ...
     ping_concurrency: int = 8  # ... and how many peers measure at a time
 
@@ -680,6 +682,26 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
         fail("boundary_ms", "must be a positive number of ms")
     if spec.workers < 0:
         fail("workers", "must be >= 0 (0: one per core)")
+    if spec.cluster is not None and (why := cluster_address_problem(spec.cluster)):
+        fail("cluster", why)
+
+
+_CLUSTER_ADDRESS_RE = re.compile(r"^(ray://)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}$")
+
+
+def cluster_address_problem(address: str) -> str | None:
+    """Why `address` cannot name a Ray cluster, or None: "local" (one started on
+    this machine for the command), "auto" (the one `ray start` runs here), or
+    HOST:PORT / ray://HOST:PORT."""
+    if address in ("local", "auto"):
+        return None
+    match = _CLUSTER_ADDRESS_RE.match(address)
+    if match is None or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
+        return (
+            f'{address!r} is not a Ray cluster: expected "local", "auto", HOST:PORT '
+            "or ray://HOST:PORT"
+        )
+    return None
 
 
 def _parse_value(text: str) -> Any:

@@ -127,6 +127,27 @@ def overrides_option(example: str) -> Callable[[Callable[..., Any]], Callable[..
     )
 
 
+def _ray_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from testbed.spec import cluster_address_problem
+
+    if value is not None and (why := cluster_address_problem(value)):
+        raise click.BadParameter(why, ctx=ctx, param=param)
+    return value
+
+
+ray_option = click.option(
+    "--ray",
+    "ray",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="[ADDRESS]",
+    callback=_ray_address,
+    help="Run as Ray tasks: on a Ray cluster of this machine started for the command "
+    "(no ADDRESS), or on the cluster at ADDRESS (auto, HOST:PORT, ray://HOST:PORT).",
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="p2p-grid-testbed")
 def cli() -> None:

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from testbed.cli._common import cli, handled, overrides_option, run_folder_option
+from testbed.cli._common import cli, handled, overrides_option, ray_option, run_folder_option
 from testbed.errors import InputError
 from testbed.progress import console, err_console
 
@@ -33,8 +33,9 @@ engine_option = click.option(
     type=click.IntRange(1),
     default=1,
     show_default=True,
-    help="Simulated runs side by side (one process each).",
+    help="Simulated runs side by side (one process or Ray task each).",
 )
+@ray_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @handled
 def campaign(
@@ -43,6 +44,7 @@ def campaign(
     overrides: tuple[str, ...],
     out: Path | None,
     jobs: int,
+    ray: str | None,
     as_json: bool,
 ) -> None:
     """Run a spec under each of its [campaign] churn scripts x seeds; one table of
@@ -74,7 +76,7 @@ def campaign(
                 f"{row['violations_unsettled']} in unsettled checks, {row['wall_s']:.0f} s"
             )
 
-        folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs)
+        folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs, ray=ray)
     if as_json:
         print(json.dumps(result | {"folder": str(folder)}))
         return
@@ -127,14 +129,30 @@ def campaign(
 @engine_option
 @overrides_option("e.g. --set topology.hosts=128 --set seed=7")
 @run_folder_option
+@ray_option
 @handled
-def run(spec_path: str, engine: str | None, overrides: tuple[str, ...], out: Path | None) -> None:
+def run(
+    spec_path: str,
+    engine: str | None,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    ray: str | None,
+) -> None:
     """Run an experiment spec (an overlay experiment, or kind = "predict",
-    "cluster" or "sched"); prints the run folder as its last line."""
-    from testbed.spec import load_any_spec
+    "cluster" or "sched"); prints the run folder as its last line. --ray runs a
+    prediction spec's seeds as Ray tasks (the spec's `cluster` field)."""
+    from testbed.spec import PredictSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
+    if ray is not None:
+        if not isinstance(spec, PredictSpec):
+            raise InputError(
+                f"--ray: a {spec.kind!r} spec runs as one task; --ray runs the seeds of a "
+                "'predict' spec, and `testbed campaign --ray` the runs of a campaign",
+                source=spec_path,
+            )
+        spec, data = load_any_spec(spec_path, [*extra, f'cluster="{ray}"'])
     started = time.time()
     try:
         print(_SHOWN[spec.kind](spec, data, out))

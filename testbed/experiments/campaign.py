@@ -15,11 +15,10 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import re
+import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,8 @@ from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
 from testbed.experiments.program import program_schedule, run_program
-from testbed.pool import worker_signals
-from testbed.runs import new_run_dir, strip_none, write_json
+from testbed.pool import run_tasks
+from testbed.runs import new_run_dir, pack_folder, strip_none, unpack_folder, write_json
 from testbed.spec import ChurnSpec, ExperimentSpec, ProgramSpec
 from testbed.topology import resolve_topology
 
@@ -79,11 +78,14 @@ def run_campaign(
     out: str | Path | None = None,
     on_run: OnRun | None = None,
     jobs: int = 1,
+    ray: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the campaign; returns (its folder, the campaign object also in campaign.json).
 
     on_run(k, total, script, seed, row) is called before each run (row None; one
-    at a time only) and after it. jobs > 1 runs simulated runs side by side.
+    at a time only) and after it. jobs > 1 runs simulated runs side by side;
+    `ray` (testbed.pool.LOCAL or a cluster's address) runs them as Ray tasks, `jobs`
+    at a time. Emulated runs go one at a time either way.
     """
     runs = _run_specs(spec)
     for _, _, run in runs:  # compile everything first: nothing half-run
@@ -96,10 +98,10 @@ def run_campaign(
     status = "interrupted"
     try:
         jobs = min(jobs, len(runs)) if spec.engine == "sim" else 1
-        if jobs <= 1:
+        if jobs <= 1 and ray is None:
             campaign.run_one_at_a_time()
         else:
-            campaign.run_side_by_side(jobs)
+            campaign.run_side_by_side(jobs, ray)
         status = "complete"
     finally:
         campaign.write(status)
@@ -163,23 +165,19 @@ class _Campaign:
             runner(run, strip_none(msgspec.to_builtins(run)), out=run_dir)  # type: ignore[arg-type]
             self._finished(k, script, seed, run_dir)
 
-    def run_side_by_side(self, jobs: int) -> None:
-        """Simulated runs side by side, one process each."""
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_signals) as pool:
-            pending = {}
-            for k, (script, seed, run) in enumerate(self.runs):
-                run_dir = self._run_dir(script, seed)
-                data = strip_none(msgspec.to_builtins(run))
-                future = pool.submit(run_experiment, run, data, out=run_dir)
-                pending[future] = (k, script, seed, run_dir)
-            try:
-                for future in as_completed(pending):
-                    future.result()
-                    self._finished(*pending[future])
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    def run_side_by_side(self, jobs: int, ray: str | None = None) -> None:
+        """Runs side by side: simulated ones in `jobs` processes, or any as Ray tasks
+        (each packs its run folder where it ran; it is unpacked here as it ends)."""
+        calls = [
+            (run, strip_none(msgspec.to_builtins(run)), str(self._run_dir(script, seed)), ray)
+            for script, seed, run in self.runs
+        ]
+        for k, packed in run_tasks(_run_one, calls, jobs=jobs, ray=ray):
+            script, seed, _ = self.runs[k]
+            run_dir = self._run_dir(script, seed)
+            if packed is not None:
+                unpack_folder(packed, run_dir)
+            self._finished(k, script, seed, run_dir)
 
     def write(self, status: str) -> None:
         """campaign.json, and the plot once a run has finished."""
@@ -187,6 +185,19 @@ class _Campaign:
         if self.rows:
             title = f"{self.spec.name} ({self.spec.engine})"
             write_plot(self.folder / "campaign.png", self.repair, self.lateness, title)
+
+
+def _run_one(run: Spec, data: dict[str, Any], run_dir: str, ray: str | None) -> bytes | None:
+    """One run of the campaign into `run_dir`; as a Ray task (which may run on
+    another machine) into a folder of its own, returned packed."""
+    runner = run_program if isinstance(run, ProgramSpec) else run_experiment
+    if ray is None:
+        runner(run, data, out=run_dir)  # type: ignore[arg-type]
+        return None
+    with tempfile.TemporaryDirectory(prefix="testbed-task-") as tmp:
+        out = Path(tmp) / Path(run_dir).name
+        runner(run, data, out=out)  # type: ignore[arg-type]
+        return pack_folder(out)
 
 
 def write_plot(path: Path, repair_s: list[float], lateness_ms: list[float], title: str) -> None:

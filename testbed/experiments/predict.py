@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 import os
 import random
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +26,7 @@ from node.coord.probe import summarize
 from node.coord.vivaldi import VivaldiConfig, embed
 from testbed.analysis.prediction import boundary_errors, error_percentiles, pair_errors
 from testbed.experiments.run import Report, Run, RunResult
-from testbed.pool import worker_signals
+from testbed.pool import run_tasks
 from testbed.spec import (
     DtmTechnique,
     GnpTechnique,
@@ -400,19 +398,16 @@ def _work(job: Job) -> dict[str, Any]:
     return run_technique(rtt, tech, seed, noise, boundary)
 
 
-def _results(jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
-    if workers <= 1:
-        yield from map(_work, jobs)
-        return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals) as pool:
-        try:
-            yield from pool.map(_work, jobs)
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-            raise
+def _results(jobs: list[Job], workers: int, ray: str | None) -> Iterator[dict[str, Any]]:
+    """Each job's result, in the jobs' order (the pooled figures do not depend on
+    which worker ended first)."""
+    ended: dict[int, dict[str, Any]] = {}
+    following = 0
+    for k, result in run_tasks(_work, [(job,) for job in jobs], jobs=workers, ray=ray):
+        ended[k] = result
+        while following in ended:
+            yield ended.pop(following)
+            following += 1
 
 
 def _emulated(
@@ -512,7 +507,8 @@ def run_prediction(
     report: Report | None = None,
 ) -> RunResult:
     """Run a prediction spec: every technique once per seed on the spec's matrix,
-    the seeds side by side on `spec.workers` processes. Writes spec.toml,
+    the seeds side by side on `spec.workers` processes (or as Ray tasks on the
+    cluster `spec.cluster` names). Writes spec.toml,
     runs.jsonl (one line per technique and seed, as they finish; `report.result`
     hears each), summary.json (`prediction.<technique>.{p50,p95,p99,max}`, probes
     per host, the thesis's figures if `paper` is set), cdf.png and cdf.csv. An
@@ -547,7 +543,7 @@ def run_prediction(
             if emulated:
                 results = _emulated(spec, run.dir, noise, seeds, sim, emu, report.ping)
             else:
-                results = _results(jobs, workers)
+                results = _results(jobs, workers, spec.cluster)
             for result in results:
                 done[result["technique"]].append(result)
                 log.write("run", **{k: v for k, v in result.items() if k != "errors"})

@@ -1,0 +1,135 @@
+# Runs as Ray tasks (testbed/pool.py, docs/cluster.md): a campaign and a
+# prediction spec on a Ray cluster of this machine give what they give without
+# Ray, byte for byte where the simulator is deterministic; errors raised in a
+# task come back as themselves; a machine with other code is refused.
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+from click.testing import CliRunner
+
+from testbed.cli import cli
+from testbed.errors import InputError
+from testbed.experiments.campaign import run_campaign
+from testbed.experiments.predict import run_prediction
+from testbed.pool import RayError, _call_checked, project_fingerprint, run_tasks
+from testbed.runs import new_run_dir
+from testbed.spec import load_any_spec, load_spec
+
+from ..conftest import tree_metric
+from .test_churn_run import SMALL, write
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One Ray cluster of this machine for the module (starting one takes seconds)."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def untimed(jsonl: bytes) -> list[dict]:
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in ("t", "wall_s")}
+        for line in jsonl.splitlines()
+    ]
+
+
+def test_a_campaign_on_ray_gives_the_runs_and_folders_of_a_local_one(tmp_path, cluster):
+    a = write(tmp_path, "a.churn", "from 0s to 10s join 50%\nat 30s crash 1\nat 50s stop")
+    b = write(tmp_path, "b.churn", "from 0s to 10s join 50%\nat 30s leave 2\nat 50s stop")
+    overrides = [f'campaign.scripts=["{a}", "{b}"]', "campaign.seeds=[1, 2]", "churn.settle_s=15"]
+    spec, _ = load_spec(None, overrides, defaults=SMALL)
+    here, local = run_campaign(spec, out=tmp_path / "local", jobs=1)
+    there, remote = run_campaign(spec, out=tmp_path / "ray", jobs=2, ray="local")
+
+    def rows(result):
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in result["rows"]]
+
+    assert remote["status"] == "complete" and remote["runs"] == 4
+    assert rows(remote) == rows(local)
+    assert remote["repair_s"] == local["repair_s"] and remote["repair_s"]["crashes"] == 2
+    for run in ("a-s1", "a-s2", "b-s1", "b-s2"):
+        mine, theirs = folder_files(here / run), folder_files(there / run)
+        assert sorted(theirs) == sorted(mine)
+        for name in ("events.jsonl", "schedule.jsonl"):
+            assert theirs[name] == mine[name], (run, name)  # same seed, same log
+        for name in ("applied.jsonl", "checks.jsonl"):  # the same, but for the wall clock's t
+            assert untimed(theirs[name]) == untimed(mine[name]), (run, name)
+        summary = json.loads(theirs["summary.json"])
+        assert summary["invariants"] == json.loads(mine["summary.json"])["invariants"]
+    assert json.loads((there / "campaign.json").read_text())["runs"] == 4
+    assert (there / "campaign.png").stat().st_size > 10_000
+
+
+def test_a_prediction_spec_runs_its_seeds_on_ray(tmp_path, cluster):
+    matrix = tmp_path / "tree.txt"
+    np.savetxt(matrix, tree_metric(30, seed=3), fmt="%.17g")
+    text = f'kind = "predict"\nseeds = [4, 7, 9]\n[topology]\nref = "{matrix}"\n'
+    text += '[[techniques]]\nkind = "gnp"\n[[techniques]]\nkind = "vivaldi"\nrounds = 2000\n'
+    (tmp_path / "p.toml").write_text(text)
+    spec, data = load_any_spec(tmp_path / "p.toml", ["workers=1"])
+    _, local = run_prediction(spec, data, out=tmp_path / "local")
+    spec, data = load_any_spec(tmp_path / "p.toml", ["workers=2", 'cluster="local"'])
+    run, remote = run_prediction(spec, data, out=tmp_path / "ray")
+
+    def figures(summary):
+        return {
+            name: [{k: v for k, v in s.items() if k != "cpu_s"} for s in result["per_seed"]]
+            for name, result in summary["prediction"].items()
+        }
+
+    assert remote["status"] == "complete" and remote["workers"] == 2
+    assert figures(remote) == figures(local)
+    assert [s["seed"] for s in remote["prediction"]["gnp"]["per_seed"]] == [4, 7, 9]
+    assert len((run / "runs.jsonl").read_text().splitlines()) == 6
+
+
+def test_an_error_raised_in_a_task_comes_back_as_itself(tmp_path, cluster):
+    calls = [("good-name", str(tmp_path / "a")), ("not a name!", str(tmp_path / "b"))]
+    with pytest.raises(InputError, match="run name 'not a name!' must be 1-64 letters"):
+        list(run_tasks(new_run_dir, calls, jobs=2, ray="local"))
+
+
+def test_a_task_refuses_a_machine_with_other_code(tmp_path):
+    assert _call_checked(str.upper, ("x",), str(tmp_path), project_fingerprint()) == "X"
+    with pytest.raises(RayError, match="runs another version of the project"):
+        _call_checked(str.upper, ("x",), str(tmp_path), "0123456789abcdef")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["campaign", "S", "--ray", "nowhere"], "'nowhere' is not a Ray cluster"),
+        (["campaign", "S", "--ray", "h:99999"], "'h:99999' is not a Ray cluster"),
+    ],
+)
+def test_bad_cluster_addresses_are_refused_before_anything_runs(tmp_path, args, message):
+    result = CliRunner().invoke(cli, [a.replace("S", str(tmp_path / "s.toml")) for a in args])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_ray_runs_only_what_has_tasks(tmp_path):
+    spec = write(tmp_path, "s.toml", 'name = "x"\nengine = "sim"\n')
+    result = CliRunner().invoke(cli, ["run", spec, "--ray"])
+    assert result.exit_code != 0
+    assert "--ray runs the seeds of a 'predict' spec" in result.output
