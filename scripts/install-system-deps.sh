@@ -14,6 +14,7 @@
 #   gcc, libc6-dev  build the delay engine's compiled data path and the prober (make native)
 #   nftables     `nft`: the core's rules that duplicate packets and set ECN CE marks
 #   iperf3       `testbed bench throughput`'s TCP flows
+#   openssh-server  the suite's second "machine" runs sshd for `testbed cluster up user@host`
 set -eu
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -43,6 +44,7 @@ need libc6-dev    sh -c 'test -f /usr/include/stdio.h'
 need linux-libc-dev sh -c 'test -f /usr/include/linux/netlink.h'
 need nftables     sh -c 'command -v nft'
 need iperf3       sh -c 'command -v iperf3'
+need openssh-server sh -c 'test -x /usr/sbin/sshd'
 
 if [ -z "$missing" ]; then
     exit 0

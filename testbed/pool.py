@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import json
 import multiprocessing
 import os
 import signal
@@ -29,10 +31,22 @@ from typing import Any
 
 from testbed.errors import TestbedError
 
-__all__ = ["LOCAL", "RayError", "project_fingerprint", "run_tasks", "worker_signals"]
+__all__ = [
+    "CLUSTERS_DIR",
+    "LOCAL",
+    "RayError",
+    "cluster_records",
+    "project_fingerprint",
+    "ray_session",
+    "run_tasks",
+    "worker_signals",
+]
 
 LOCAL = "local"  # `--ray` without an address: a Ray cluster of this machine, for this command
 TASK_RETRIES = 3  # a task lost with its worker is run again this often
+# The clusters `testbed cluster up` made from this machine: <id>.json each, with the
+# head's address and the cluster's token (root only: the token lets anyone run code).
+CLUSTERS_DIR = Path("/run/p2p-testbed/clusters")
 
 
 class RayError(TestbedError):
@@ -112,17 +126,9 @@ def _process_tasks(
 def _ray_tasks(
     fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], address: str, jobs: int, retries: int
 ) -> Iterator[tuple[int, Any]]:
-    try:
-        import ray
+    with ray_session(address, jobs) as ray:
         import ray.exceptions
-    except ImportError:
-        raise RayError(
-            "--ray needs Ray: `make install` installs it (the `cluster` extra of the project)"
-        ) from None
-    started = not ray.is_initialized()
-    if started:
-        _ray_init(ray, address, jobs)
-    try:
+
         task = ray.remote(max_retries=retries, num_cpus=1)(_call_checked)
         where, version = os.getcwd(), project_fingerprint()
         waiting = iter(enumerate(calls))
@@ -154,9 +160,66 @@ def _ray_tasks(
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
+
+
+def cluster_records() -> list[dict[str, Any]]:
+    """The clusters `testbed cluster up` started from this machine (oldest first)."""
+    try:
+        paths = sorted(CLUSTERS_DIR.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    except FileNotFoundError:
+        return []
+    records = []
+    for path in paths:
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # being written or removed
+    return records
+
+
+def _cluster_of(address: str) -> tuple[str, dict[str, Any] | None]:
+    """The address to connect to, and the testbed cluster it names: "auto" names the
+    one `testbed cluster up` started here, if there is exactly one."""
+    records = cluster_records()
+    if address == "auto" and len(records) == 1:
+        return records[0]["head"], records[0]
+    for record in records:
+        if address.removeprefix("ray://").split(":")[0] == record["head"].split(":")[0]:
+            return address, record
+    return address, None
+
+
+@contextlib.contextmanager
+def ray_session(address: str, jobs: int = 1) -> Iterator[Any]:
+    """The ray module, connected to `address` (LOCAL: a cluster of this machine with
+    `jobs` CPUs, started here); disconnected (and a local cluster stopped) at the
+    end unless it was connected before.
+
+    Raises:
+        RayError: Ray is not installed or the cluster cannot be started or reached.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise RayError(
+            "--ray needs Ray: `make install` installs it (the `cluster` extra of the project)"
+        ) from None
+    started = not ray.is_initialized()
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    try:
+        if started:
+            _ray_init(ray, address, jobs)
+        yield ray
     finally:
         if started:
             ray.shutdown()
+        if any(os.environ.get(k) != v for k, v in saved.items()):
+            for key, value in saved.items():  # a cluster's token is not left to the next one
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _ray_auth_changed()
 
 
 def _ray_init(ray: Any, address: str, jobs: int) -> None:
@@ -169,10 +232,25 @@ def _ray_init(ray: Any, address: str, jobs: int) -> None:
         if address == LOCAL:
             ray.init(address="local", num_cpus=max(jobs, 1), **options)
         else:
+            address, record = _cluster_of(address)
+            if record is not None:  # its token
+                os.environ["RAY_AUTH_MODE"] = "token"
+                os.environ["RAY_AUTH_TOKEN"] = record["token"]
+                _ray_auth_changed()
             ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = "a local cluster" if address == LOCAL else f"the cluster at {address}"
         raise RayError(f"cannot start or reach {where}: {exc}") from None
+
+
+def _ray_auth_changed() -> None:
+    """Make Ray read RAY_AUTH_MODE and RAY_AUTH_TOKEN again: it reads them when it is
+    imported (as Ray itself does when it turns token authentication on)."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _call_checked(fn: Callable[..., Any], args: Iterable[Any], where: str, version: str) -> Any:
@@ -182,7 +260,7 @@ def _call_checked(fn: Callable[..., Any], args: Iterable[Any], where: str, versi
     if mine != version:
         raise RayError(
             f"{os.uname().nodename} runs another version of the project ({mine}, the driver "
-            f"{version}): install the same checkout on every machine (docs/cluster.md)"
+            f"{version}): install the same checkout on every machine (docs/beyond-one-machine.md)"
         )
     if os.path.isdir(where):
         os.chdir(where)

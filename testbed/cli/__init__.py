@@ -6,6 +6,7 @@
     inputs.py    workload, churn, topology show / generate
     runs.py      run, campaign, table
     fuzz.py      fuzz
+    cluster.py   cluster up / status / down (machines in one Ray cluster)
 
 Every subcommand validates its input before it touches the machine, shows progress on stderr
 for long steps, prints results as a table (or one JSON object with --json on stdout), and tears
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import signal
 
-from testbed.cli import bench, fuzz, inputs, network, runs
+from testbed.cli import bench, cluster, fuzz, inputs, network, runs
 from testbed.cli._common import cli
 
 __all__ = ["cli", "main"]
 
-_GROUPS = (bench, fuzz, inputs, network, runs)  # imported for their commands
+_GROUPS = (bench, cluster, fuzz, inputs, network, runs)  # imported for their commands
 
 
 def main() -> None:

@@ -241,10 +241,16 @@ def clean(force: bool, run_id: str | None, as_json: bool) -> None:
             console.print(
                 f"removed {len(report.runs)} run(s): {len(report.netns_removed)} namespaces, "
                 f"{len(report.processes_killed)} processes, "
-                f"{len(report.containers_removed)} containers"
+                f"{len(report.containers_removed)} containers, "
+                f"{len(report.clusters_removed)} cluster(s)"
             )
         for rid in report.live_runs_skipped:
             console.print(f"[yellow]run {rid} is still running; left alone (use --force)[/]")
+        for cid in report.live_clusters_skipped:
+            console.print(
+                f"[yellow]cluster {cid} is up; left alone (`testbed cluster down --id {cid}`, "
+                "or --force)[/]"
+            )
     if report.still_alive:
         err_console.print(f"[red]processes that would not die: {report.still_alive}[/]")
         sys.exit(1)

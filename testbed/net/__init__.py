@@ -23,6 +23,8 @@ __all__ = [
     "BOUND_REL",
     "Calibration",
     "ChurnRun",
+    "Cluster",
+    "ClusterWan",
     "EmuHost",
     "EngineClient",
     "ExecResult",
@@ -33,15 +35,23 @@ __all__ = [
     "Wan",
     "WanVerbs",
     "clean",
+    "cluster_down",
+    "cluster_status",
     "entered_netns",
+    "find_cluster",
     "list_netns",
     "list_runs",
+    "local_cluster_up",
     "netns_of_run",
     "new_run_id",
+    "open_cluster_wan",
     "open_wan",
+    "parse_target",
+    "place_hosts",
     "plan_network",
     "process_report",
     "rtt_errors",
+    "ssh_cluster_up",
 ]
 
 if TYPE_CHECKING:
@@ -49,6 +59,13 @@ if TYPE_CHECKING:
     from testbed.net._churn import WanVerbs as WanVerbs
     from testbed.net._clean import clean as clean
     from testbed.net._clean import netns_of_run as netns_of_run
+    from testbed.net._cluster import Cluster as Cluster
+    from testbed.net._cluster import cluster_down as cluster_down
+    from testbed.net._cluster import cluster_status as cluster_status
+    from testbed.net._cluster import find_cluster as find_cluster
+    from testbed.net._cluster import local_cluster_up as local_cluster_up
+    from testbed.net._cluster import parse_target as parse_target
+    from testbed.net._cluster import ssh_cluster_up as ssh_cluster_up
     from testbed.net._fidelity import BOUND_ABS_MS as BOUND_ABS_MS
     from testbed.net._fidelity import BOUND_REL as BOUND_REL
     from testbed.net._fidelity import FidelityMonitor as FidelityMonitor
@@ -65,12 +82,25 @@ if TYPE_CHECKING:
     from testbed.net._programs import process_report as process_report
     from testbed.net._registry import list_runs as list_runs
     from testbed.net._shaping import AccessLink as AccessLink
+    from testbed.net._sites import ClusterWan as ClusterWan
+    from testbed.net._sites import open_cluster_wan as open_cluster_wan
+    from testbed.net._sites import place_hosts as place_hosts
     from testbed.net._wan import Calibration as Calibration
     from testbed.net._wan import Wan as Wan
     from testbed.net._wan import open_wan as open_wan
     from testbed.net.delay import EngineClient as EngineClient
 
 _LAZY = {
+    "ClusterWan": "testbed.net._sites",
+    "open_cluster_wan": "testbed.net._sites",
+    "place_hosts": "testbed.net._sites",
+    "Cluster": "testbed.net._cluster",
+    "cluster_down": "testbed.net._cluster",
+    "cluster_status": "testbed.net._cluster",
+    "find_cluster": "testbed.net._cluster",
+    "local_cluster_up": "testbed.net._cluster",
+    "parse_target": "testbed.net._cluster",
+    "ssh_cluster_up": "testbed.net._cluster",
     "AccessLink": "testbed.net._shaping",
     "entered_netns": "testbed.net._netns",
     "list_netns": "testbed.net._netns",

@@ -16,10 +16,17 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
+from testbed.net._cluster import (
+    Cluster,
+    cluster_down,
+    leftover_local_clusters,
+    remove_leftover_cluster,
+)
 from testbed.net._containers import remove_containers, run_containers
 from testbed.net._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
 from testbed.net._plan import NETNS_PREFIX_RE
 from testbed.net._registry import list_runs
+from testbed.pool import cluster_records
 
 __all__ = ["CleanReport", "RootSnapshot", "clean", "netns_of_run"]
 
@@ -32,12 +39,18 @@ class CleanReport:
     live_runs_skipped: list[str] = field(default_factory=list)
     still_alive: list[int] = field(default_factory=list)
     containers_removed: list[str] = field(default_factory=list)
+    clusters_removed: list[str] = field(default_factory=list)
+    live_clusters_skipped: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
     def nothing_done(self) -> bool:
         return not (
-            self.runs or self.netns_removed or self.processes_killed or self.containers_removed
+            self.runs
+            or self.netns_removed
+            or self.processes_killed
+            or self.containers_removed
+            or self.clusters_removed
         )
 
 
@@ -105,7 +118,26 @@ def clean(*, force: bool = False, run_id: str | None = None) -> CleanReport:
         report.netns_removed += removed
         if record is not None and not alive:
             record.remove()
+    if run_id is None:
+        _clean_clusters(report, force)
     return report
+
+
+def _clean_clusters(report: CleanReport, force: bool) -> None:
+    """Local clusters a killed `testbed cluster up` left (namespaces no record names);
+    with force, also the clusters that are up (as `testbed cluster down`)."""
+    for cid, netns in sorted(leftover_local_clusters().items()):
+        report.netns_removed += remove_leftover_cluster(cid, netns)
+        report.clusters_removed.append(cid)
+    for record in cluster_records():
+        cluster = Cluster.load(record)
+        if cluster.starting_elsewhere() or (cluster.state == "up" and not force):
+            report.live_clusters_skipped.append(cluster.id)
+            continue
+        down = cluster_down(cluster)  # up (with force), or a killed `up`'s
+        report.problems += down["problems"]
+        report.netns_removed += down["netns_removed"]
+        report.clusters_removed.append(cluster.id)
 
 
 @dataclass(frozen=True)

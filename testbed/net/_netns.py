@@ -32,6 +32,7 @@ __all__ = [
     "netns_id",
     "nsenter_argv",
     "pids_in_netns",
+    "process_alive",
     "remove_netns",
     "write_sysctl",
 ]
@@ -241,7 +242,7 @@ def kill_processes(pids: Iterable[int], *, grace_s: float = 2.0) -> list[int]:
             alive.add(pid)
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
-        alive = {pid for pid in alive if _alive(pid)}
+        alive = {pid for pid in alive if process_alive(pid)}
         if alive:
             time.sleep(0.02)
     for pid in alive:
@@ -249,13 +250,13 @@ def kill_processes(pids: Iterable[int], *, grace_s: float = 2.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 2.0
     while alive and time.monotonic() < deadline:
-        alive = {pid for pid in alive if _alive(pid)}
+        alive = {pid for pid in alive if process_alive(pid)}
         if alive:
             time.sleep(0.01)
     return sorted(alive)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie (zombies of our children are reaped)."""
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)

@@ -18,9 +18,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from testbed.errors import EmulationError
@@ -72,6 +74,20 @@ class NetworkPlan:
     @property
     def netns_names(self) -> list[str]:
         return [self.core_netns, *(h.netns for h in self.hosts)]
+
+    def site(self, site_run_id: str, indices: Sequence[int]) -> NetworkPlan:
+        """The part of this plan one machine builds: hosts `indices` (their addresses
+        and names unchanged) in namespaces named after `site_run_id`, on a core of
+        its own."""
+        if not RUN_ID_RE.match(site_run_id):
+            raise EmulationError(f"run id must be 4 to 8 lowercase hex digits, not {site_run_id!r}")
+        hosts = tuple(
+            dataclasses.replace(self.hosts[k], netns=f"tb{site_run_id}-h{self.hosts[k].number}")
+            for k in indices
+        )
+        return dataclasses.replace(
+            self, run_id=site_run_id, core_netns=f"tb{site_run_id}-core", hosts=hosts
+        )
 
 
 def plan_network(n_hosts: int, run_id: str, *, subnet: str = "10.0.0.0/8") -> NetworkPlan:

@@ -146,8 +146,16 @@ class Wan:
     """
 
     def __init__(
-        self, topology: Topology, plan: NetworkPlan, run_dir: Path, *, scale: float
+        self,
+        topology: Topology,
+        plan: NetworkPlan,
+        run_dir: Path,
+        *,
+        scale: float,
+        network: NetworkPlan | None = None,
     ) -> None:
+        """`plan` is what this process builds; `network` the whole network when that
+        is more (one machine's share of a network across machines: testbed/net/_sites.py)."""
         self.topology = topology
         self.plan = plan
         self.run_dir = run_dir
@@ -156,8 +164,9 @@ class Wan:
             EmuHost(
                 p.index, p.name, p.ip, p.netns, topology.names[p.index], topology.labels[p.index]
             )
-            for p in plan.hosts
+            for p in (network or plan).hosts
         )
+        self.local = tuple(self.hosts[p.index] for p in plan.hosts)  # the hosts built here
         self._by_name = {h.name: h for h in self.hosts}
         self._by_name.update({h.node: h for h in self.hosts if h.node not in self._by_name})
         self.calibration: Calibration | None = None
@@ -222,11 +231,11 @@ class Wan:
                 progress.phase("mininet")
             self.net, self._shells = build_mininet(self.plan, on_start=self._shell_started)
             self._log.write("bringup.shells", elapsed_s=round(time.monotonic() - t0, 3))
-        if calibrate and len(self.hosts) >= 2:
+        if calibrate and len(self.local) >= 2:
             if progress:
                 progress.phase("calibrating")
             assert self.engine is not None
-            self.calibration = _calibrate(self.engine, self.hosts, self.run_dir)
+            self.calibration = _calibrate(self.engine, self.local, self.run_dir)
             self._log.write("bringup.calibration", **_asdict(self.calibration))
         self._load_checked(self.topology, clamp=clamp, initial=True)
         self._apply_links()

@@ -1,4 +1,4 @@
-# Runs as Ray tasks (testbed/pool.py, docs/cluster.md): a campaign and a
+# Runs as Ray tasks (testbed/pool.py, docs/beyond-one-machine.md): a campaign and a
 # prediction spec on a Ray cluster of this machine give what they give without
 # Ray, byte for byte where the simulator is deterministic; errors raised in a
 # task come back as themselves; a machine with other code is refused.
