@@ -19,7 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 from testbed.cli import cli
-from testbed.net import cluster_down, list_netns, local_cluster_up, open_cluster_wan
+from testbed.net import (
+    cluster_down,
+    cluster_status,
+    list_netns,
+    local_cluster_up,
+    open_cluster_wan,
+)
 from testbed.topology import load_topology
 
 from .conftest import ATTEMPTS, PAUSE_S, bound_ms
@@ -45,6 +51,7 @@ def test_32_hosts_on_two_machines_keep_their_latencies_and_partition_at_once(tmp
         assert sorted(len(p) for p in wan.placement) == [16, 16]
         assert 0 < wan.link_ms[0, 1] < 1.0 and 0 < wan.link_ms[1, 0] < 1.0
         assert len(site_netns(wan.plan.run_id)) == 2 * 17  # 16 hosts and a core on each
+        assert [row["hosts"] for row in cluster_status(machines)] == [16, 16]
         pairs = [(i, j) for i in range(32) for j in range(32) if i != j]
         conf = wan.configured_one_way_ms()
         seen = []
