@@ -257,6 +257,9 @@ class ExperimentSpec(msgspec.Struct, forbid_unknown_fields=True):
     routes_checked: int = 2000  # greedy routes the oracle follows at each check
     clusters: RunClustersSpec | None = None  # the peers also form dynamic clusters
     jobs: RunJobsSpec | None = None  # the peers also schedule and run a trace's jobs
+    # The emulated network across the machines of this Ray cluster ("auto", HOST:PORT):
+    # docs/beyond-one-machine.md. None: this machine alone.
+    cluster: str | None = None
 
 
 class ProgramSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -334,6 +337,12 @@ def _check(spec: ExperimentSpec, source: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
+    if spec.cluster is not None:
+        if spec.engine != "emu":
+            fail("cluster", "an emulated network spans machines; the simulator runs on one")
+        if spec.cluster == "local" or (why := cluster_address_problem(spec.cluster)):
+            fail("cluster", why if spec.cluster != "local" else 'a running cluster: "auto" '
+                 "or HOST:PORT (`testbed cluster up` starts one)")  # fmt: skip
     if spec.clusters is not None:
         _check_run_clusters(spec.clusters, fail)
     if spec.jobs is not None:

@@ -139,17 +139,21 @@ def run(
     ray: str | None,
 ) -> None:
     """Run an experiment spec (an overlay experiment, or kind = "predict",
-    "cluster" or "sched"); prints the run folder as its last line. --ray runs a
-    prediction spec's seeds as Ray tasks (the spec's `cluster` field)."""
-    from testbed.spec import PredictSpec, load_any_spec
+    "cluster" or "sched"); prints the run folder as its last line. --ray (the spec's
+    `cluster` field) runs a prediction spec's seeds as Ray tasks, and an emulated
+    overlay spec's network across the machines of a cluster."""
+    from testbed.spec import ExperimentSpec, PredictSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
     if ray is not None:
-        if not isinstance(spec, PredictSpec):
+        emulated = isinstance(spec, ExperimentSpec) and spec.engine == "emu"
+        if not (isinstance(spec, PredictSpec) or emulated):
             raise InputError(
-                f"--ray: a {spec.kind!r} spec runs as one task; --ray runs the seeds of a "
-                "'predict' spec, and `testbed campaign --ray` the runs of a campaign",
+                f"--ray: a {spec.kind!r} spec on the {getattr(spec, 'engine', 'sim')!r} engine "
+                "runs as one task; --ray runs the seeds of a 'predict' spec, an emulated "
+                "overlay spec's network across the cluster's machines, and with `testbed "
+                "campaign` the runs of a campaign",
                 source=spec_path,
             )
         spec, data = load_any_spec(spec_path, [*extra, f'cluster="{ray}"'])

@@ -34,9 +34,10 @@ from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
 from testbed.engines.peers import peer_seed
+from testbed.engines.remote import RemotePeer, RemotePeers
 from testbed.engines.zygote import ForkedProcess, PeerZygote
 from testbed.errors import EmulationError
-from testbed.net import HostProcess, WanVerbs, open_wan
+from testbed.net import HostProcess, WanVerbs, open_cluster_wan, open_wan
 from testbed.runs import write_json
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
@@ -89,16 +90,34 @@ class EmuEngine(WanVerbs):
     ) -> None:
         self.spec = spec
         self.run_dir = run_dir
-        self.wan = open_wan(
-            topology, clamp=spec.topology.clamp, run_dir=run_dir / "wan", seed=spec.seed
-        )
+        self.wan: Any
+        if spec.cluster is None:
+            self.wan = open_wan(
+                topology, clamp=spec.topology.clamp, run_dir=run_dir / "wan", seed=spec.seed
+            )
+        else:  # the hosts spread over the machines of a Ray cluster
+            self.wan = open_cluster_wan(
+                topology,
+                address=spec.cluster,
+                clamp=spec.topology.clamp,
+                run_dir=run_dir / "wan",
+                seed=spec.seed,
+            )
         try:
             self._config_path = run_dir / "node.json"
             write_json(self._config_path, config_to_dict(config))
             (run_dir / "peers").mkdir(exist_ok=True)
+            # Peers of other machines, started and asked by those machines' agents.
+            self._remote = (
+                None
+                if spec.cluster is None
+                else RemotePeers(
+                    self.wan, self._config_path, spec.peers == "fork", list(NODE_COMMAND)
+                )
+            )
             self._sockets = self.wan.sockets_dir
             self._points: dict[int, tuple[float, ...]] = {}
-            self._procs: dict[int, HostProcess | ForkedProcess] = {}
+            self._procs: dict[int, HostProcess | ForkedProcess | RemotePeer] = {}
             self._zygote: PeerZygote | None = None  # started with the first forked peer
             self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU s, when), resources
             self._engine_cpu = (0.0, time.monotonic())  # the delay engine's, likewise
@@ -151,7 +170,9 @@ class EmuEngine(WanVerbs):
             join=[f"{ip}:{port}" for ip, port in (self._address(b) for b in bootstraps)],
         )
         emu_host = self.wan.hosts[host]
-        if self.spec.peers == "fork":
+        if self._remote is not None:
+            self._procs[host] = self._remote.spawn(host, args)
+        elif self.spec.peers == "fork":
             if self._zygote is None:
                 self._zygote = PeerZygote(self.wan, self.run_dir / "zygote")
             self._procs[host] = self._zygote.spawn(emu_host, args, label="node")
@@ -213,7 +234,7 @@ class EmuEngine(WanVerbs):
             "point": list(job.point),
         }
         try:  # no waiting for a peer still starting: the client tries another one
-            request(self._control(host), "submit", timeout_s=5.0, job=fields)
+            self._request(host, "submit", timeout_s=5.0, job=fields)
         except ControlError:
             return False
         return True
@@ -222,6 +243,7 @@ class EmuEngine(WanVerbs):
         """The job records the peers wrote since the last call, with the run's
         clock in "t" (a peer's own "t" counts from its start) and "host" as an index."""
         out: list[dict[str, Any]] = []
+        self._sync_logs()
         for host in range(len(self.wan.hosts)):
             path = self.run_dir / "peers" / f"{self._name(host)}.jsonl"
             start = self._tails.get(host, 0)
@@ -259,8 +281,7 @@ class EmuEngine(WanVerbs):
             return
         # No control round trip first (a burst of crashes must be quick, and a
         # frozen peer cannot answer): the peer's id comes from its log afterwards.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _signal_group(proc, signal.SIGKILL)
         self._crashes.append((host, time.time()))
         self._frozen.discard(host)
         proc.wait()
@@ -269,16 +290,14 @@ class EmuEngine(WanVerbs):
         """SIGSTOP the peer's process group (its socket buffers what arrives)."""
         proc = self._procs.get(host)
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGSTOP)
+            _signal_group(proc, signal.SIGSTOP)
             self._frozen.add(host)
 
     def thaw(self, host: int) -> None:
         proc = self._procs.get(host)
         self._frozen.discard(host)
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
+            _signal_group(proc, signal.SIGCONT)
 
     # The network (the churn language's faults): WanVerbs' set_matrix, partition, heal, set_loss.
 
@@ -291,6 +310,8 @@ class EmuEngine(WanVerbs):
         """What the peers and the delay engine use, for each check: the peers' CPU (% of
         one core since the last check, or since they started) and private memory, p50,
         p99 and max; the delay engine's CPU and resident memory."""
+        if self._remote is not None:
+            return self._remote_resources()
         now = time.monotonic()
         cpu: list[float] = []
         memory: list[int] = []
@@ -323,6 +344,45 @@ class EmuEngine(WanVerbs):
             self._engine_cpu = (used, now)
         return out
 
+    def _remote_resources(self) -> dict[str, Any]:
+        """resources() for peers on other machines: each machine's figures, its peers'
+        CPU since the last check (keyed by host and incarnation) and its engine's."""
+        assert self._remote is not None
+        cpu: list[float] = []
+        memory: list[int] = []
+        seen: dict[Any, tuple[float, float]] = {}
+        engines = []
+        for k, machine in enumerate(self._remote.figures()):
+            now = machine["now"]  # that machine's monotonic clock
+            for host, (used, private, started) in machine["peers"].items():
+                if used is None or private is None:
+                    continue
+                key = (host, self._incarnation.get(host))
+                before, since = self._cpu_seen.get(key, (0.0, started))  # type: ignore[call-overload]
+                if now > since:
+                    cpu.append(100.0 * (used - before) / (now - since))
+                memory.append(private)
+                seen[key] = (used, now)
+            if machine["engine"] is not None:
+                used, resident = machine["engine"]
+                before, since = self._cpu_seen.get(("engine", k), (used, now))  # type: ignore[call-overload]
+                engines.append(
+                    {
+                        "machine": k + 1,
+                        "cpu_pct": round(100.0 * (used - before) / max(now - since, 1e-9), 1),
+                        "resident_kb": resident,
+                    }
+                )
+                seen[("engine", k)] = (used, now)
+        self._cpu_seen = seen  # type: ignore[assignment]
+        return {
+            "peers": len(memory),
+            "peer_cpu_pct": quantiles(cpu, digits=2),
+            "peer_private_memory_kb": quantiles(memory, digits=0),
+            "wan_fidelity": self._fidelity.take(),
+            "delay_engines": engines,
+        }
+
     def members(self) -> list[int]:
         statuses = self._ask_all("status")
         return sorted(
@@ -338,7 +398,15 @@ class EmuEngine(WanVerbs):
         return {"wan": {"fidelity": self._fidelity.close()}}
 
     def finish(self) -> dict[str, Any]:
-        memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
+        if self._remote is not None:
+            memory = [
+                m[1]
+                for machine in self._remote.figures()
+                for m in machine["peers"].values()
+                if m[1]
+            ]
+        else:
+            memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
         stats = [a["stats"] for a in self._ask_all("stats").values() if a]
         fidelity = self._fidelity.close()
         self.close()
@@ -366,21 +434,38 @@ class EmuEngine(WanVerbs):
             self._pool.shutdown()
             if self._zygote is not None:
                 self._zygote.close()
+            if self._remote is not None:  # the last of their logs, before the machines go
+                with contextlib.suppress(Exception):
+                    self._sync_logs()
+                self._remote.closed = True
             self.wan.close()
 
     def _exit(self, host: int) -> None:
         with contextlib.suppress(ControlError):
-            request(self._control(host), "exit", timeout_s=2.0)
+            self._request(host, "exit", timeout_s=2.0)
 
     # -- helpers ---------------------------------------------------------------------------------------
 
     def _ask(self, host: int, op: str, **fields: Any) -> dict[str, Any]:
         """A control request; waits for a peer that is still starting."""
+        if self._remote is not None:
+            return self._remote.ask(host, op, wait_s=START_TIMEOUT_S, **fields)
         proc = self._procs.get(host)
         running = lambda: proc is not None and proc.poll() is None  # noqa: E731
         return request_when_up(
             self._control(host), op, running=running, wait_s=START_TIMEOUT_S, **fields
         )
+
+    def _request(self, host: int, op: str, *, timeout_s: float, **fields: Any) -> dict[str, Any]:
+        """A control request that does not wait for a peer still starting."""
+        if self._remote is not None:
+            return self._remote.ask(host, op, timeout_s=timeout_s, **fields)
+        return request(self._control(host), op, timeout_s=timeout_s, **fields)
+
+    def _sync_logs(self) -> None:
+        """Peers of other machines: bring their logs' news into <run>/peers/."""
+        if self._remote is not None:
+            self._remote.sync_logs(self.run_dir / "peers")
 
     def _ask_all(self, op: str) -> dict[int, dict[str, Any] | None]:
         hosts = sorted(h for h in self._procs if h not in self._frozen)
@@ -412,6 +497,7 @@ class EmuEngine(WanVerbs):
 
     def _message_rate(self, stats: list[dict[str, Any]]) -> float | None:
         logs = self.run_dir / "peers"
+        self._sync_logs()
         for path in sorted(logs.glob("*.jsonl")):  # peers that exited wrote their final stats
             lines = path.read_text().splitlines()
             stats.extend(json.loads(line)["stats"] for line in lines if '"kind":"exit"' in line)
@@ -421,6 +507,7 @@ class EmuEngine(WanVerbs):
     def hosts_of(self, ids: set[int]) -> dict[int, int]:
         """The hosts that had these overlay ids (from the peers' logs)."""
         found: dict[int, int] = {}
+        self._sync_logs()
         for host in range(len(self.wan.hosts)):
             path = self.run_dir / "peers" / f"{self._name(host)}.jsonl"
             if not ids - found.keys() or not path.exists():
@@ -443,6 +530,7 @@ class EmuEngine(WanVerbs):
         return found, wall
 
     def _repair_times(self) -> dict[str, Any]:
+        self._sync_logs()
         taken: dict[int, list[float]] = {}
         for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
             for line in path.read_text().splitlines():
@@ -459,6 +547,15 @@ class EmuEngine(WanVerbs):
             "unrepaired": sum(1 for i, _ in crashed if after[i] is None),
             "values": [round(r, 3) for r in repair],
         }
+
+
+def _signal_group(proc: Any, sig: int) -> None:
+    """Signal a peer's process group, here or on its machine."""
+    if isinstance(proc, RemotePeer):
+        proc.signal_group(sig)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def cpu_seconds(pid: int) -> float | None:

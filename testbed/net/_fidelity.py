@@ -199,19 +199,16 @@ class FidelityMonitor:
                 self._error = f"sampling stopped: {type(exc).__name__}: {exc}"
                 self._log.write("fidelity.error", error=self._error)
 
-    def _round(self, engine: EngineClient) -> None:
-        n = len(self._netns)
-        chosen: set[tuple[int, int]] = set()
-        wanted = min(self.pairs, n * (n - 1) // 2)
-        while len(chosen) < wanted:
-            a, b = self._rng.sample(range(n), 2)
-            chosen.add((min(a, b), max(a, b)))
-        pairs = sorted(chosen)
+    def _measure(
+        self, engine: EngineClient | None, pairs: list[tuple[int, int]]
+    ) -> tuple[list[float], list[list[float]], int, int, dict[str, Any] | None]:
+        """(configured RTT ms, measured RTTs s, echoes sent, lost, the engine's lateness)
+        of `pairs`."""
+        assert engine is not None
         one_way = engine.one_way([*pairs, *((b, a) for a, b in pairs)])
         expected = [(one_way[k] + one_way[k + len(pairs)]) * 1e3 for k in range(len(pairs))]
         ends = sorted({h for pair in pairs for h in pair})
         local = {h: k for k, h in enumerate(ends)}
-        started = time.time()
         with IcmpProber([self._netns[h] for h in ends], [self._ips[h] for h in ends]) as prober:
             result = prober.probe(
                 [(local[a], local[b]) for a, b in pairs],
@@ -221,24 +218,36 @@ class FidelityMonitor:
                 seed=self._rng.getrandbits(32),
             )
         lateness = engine.stats()["lateness_us"]
+        return expected, result.rtts_s, result.sent, result.lost, lateness
+
+    def _round(self, engine: EngineClient | None) -> None:
+        n = len(self._netns)
+        chosen: set[tuple[int, int]] = set()
+        wanted = min(self.pairs, n * (n - 1) // 2)
+        while len(chosen) < wanted:
+            a, b = self._rng.sample(range(n), 2)
+            chosen.add((min(a, b), max(a, b)))
+        pairs = sorted(chosen)
+        started = time.time()
+        expected, rtts_s, sent, lost, lateness = self._measure(engine, pairs)
         measured: list[float] = []
         configured: list[float] = []
-        for k, rtts in enumerate(result.rtts_s):
+        for k, rtts in enumerate(rtts_s):
             measured.extend(r * 1e3 for r in rtts)
             configured.extend([expected[k]] * len(rtts))
         errors = rtt_errors(np.asarray(measured), np.asarray(configured))
         # Each pair's median |error| (host indices, 1-based as the names: h<k>), for plots.
         per_pair = [
             [a + 1, b + 1, round(float(np.median(np.abs(np.asarray(rtts) * 1e3 - expected[k]))), 4)]
-            for k, ((a, b), rtts) in enumerate(zip(pairs, result.rtts_s, strict=True))
+            for k, ((a, b), rtts) in enumerate(zip(pairs, rtts_s, strict=True))
             if rtts
         ]
         self._log.write(
             "fidelity.round",
             started=round(started, 3),
             pairs=len(pairs),
-            sent=result.sent,
-            lost=result.lost,
+            sent=sent,
+            lost=lost,
             error_p50_ms=errors["rtt_error_ms"]["p50"] if measured else None,
             error_p99_ms=errors["rtt_error_ms"]["p99"] if measured else None,
             within_bound=errors["within_bound"],
@@ -249,6 +258,6 @@ class FidelityMonitor:
             for bucket in (self._all, self._since):
                 bucket.measured.extend(measured)
                 bucket.expected.extend(configured)
-                bucket.lost += result.lost
+                bucket.lost += lost
                 bucket.rounds += 1
             self._lateness = lateness

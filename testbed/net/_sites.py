@@ -32,6 +32,7 @@ import dataclasses
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ import numpy as np
 
 from testbed.errors import CleanupError, EmulationError, FloorError
 from testbed.net._build import ip_batch
+from testbed.net._fidelity import FidelityMonitor
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
@@ -85,6 +87,13 @@ class SiteAgent:
         self.name = name
         self.wan: Any = None
         self.folder: Path | None = None
+        self.state: dict[str, Any] = {}  # what the layers above keep here (call)
+        self._engine_lock = threading.Lock()  # one request at a time on the engine's socket
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(this agent, *args, **kwargs) on this machine: how the layers above (the
+        peers' engine) run their part here without this layer knowing them."""
+        return fn(self, *args, **kwargs)
 
     def up(
         self,
@@ -166,13 +175,15 @@ class SiteAgent:
         return float(np.median(rtts)) / 2.0
 
     def engine(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.wan.engine, method)(*args, **kwargs)
+        with self._engine_lock:
+            return getattr(self.wan.engine, method)(*args, **kwargs)
 
     def load_one_way_s(self, one_way_s: np.ndarray, clamp: bool) -> Any:
         assert self.folder is not None
         path = self.folder / "wan" / "engine" / f"matrix-{time.monotonic_ns()}.f64"
         write_delay_file(path, one_way_s)
-        return self.wan.engine.load_matrix(path.resolve(), clamp=clamp)
+        with self._engine_lock:
+            return self.wan.engine.load_matrix(path.resolve(), clamp=clamp)
 
     def probe(
         self, pairs: list[tuple[int, int]], samples: int, rate_per_s: float, seed: int
@@ -199,6 +210,9 @@ class SiteAgent:
     def close(self) -> bytes:
         """Tear this machine's share down; returns its run folder, packed."""
         problems = ""
+        for closing in self.state.pop("on_close", []):  # the layers above first
+            with contextlib.suppress(Exception):
+                closing()
         if self.wan is not None:
             try:
                 self.wan.close()
@@ -211,6 +225,38 @@ class SiteAgent:
         packed = pack_folder(self.folder / "wan")
         shutil.rmtree(self.folder, ignore_errors=True)
         return packed
+
+
+class _ClusterFidelity(FidelityMonitor):
+    """FidelityMonitor's rounds on a network across machines: the configured delays
+    from the driver, the echoes from each pair's source machine."""
+
+    def __init__(self, cwan: ClusterWan, log_path: Path, **options: Any) -> None:
+        super().__init__(
+            [h.netns for h in cwan.hosts], [h.ip for h in cwan.hosts], "", log_path, **options
+        )
+        self._cwan = cwan
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                self._round(None)
+                if self._stop.wait(self.interval_s):
+                    break
+        except Exception as exc:  # a machine gone (teardown)
+            if not self._stop.is_set():
+                self._error = f"sampling stopped: {type(exc).__name__}: {exc}"
+                self._log.write("fidelity.error", error=self._error)
+
+    def _measure(
+        self, engine: Any, pairs: list[tuple[int, int]]
+    ) -> tuple[list[float], list[list[float]], int, int, dict[str, Any] | None]:
+        one_way = self._cwan.one_way_s
+        expected = [(one_way[a, b] + one_way[b, a]) * 1e3 for a, b in pairs]
+        rtts = self._cwan.rtts_ms(pairs, samples=self.samples, rate_per_s=self.rate_per_s)
+        measured = [[r / 1e3 for r in rtts[pair]] for pair in pairs]
+        sent = self.samples * len(pairs)
+        return expected, measured, sent, sent - sum(len(m) for m in measured), None
 
 
 def _mac(me: int, peer: int) -> str:
@@ -321,6 +367,7 @@ class ClusterWan(Wan):
                             network.core_netns, hosts)  # fmt: skip
         empty = NetworkPlan(run_id, network.subnet, network.ip_base, network.core_ip, "", ())
         super().__init__(topology, empty, run_dir, scale=1.0, network=whole)
+        (run_dir / "engine").mkdir(exist_ok=True)  # matrices written by the control verbs
         self.whole = whole
         self.site_of = site_of
         self.nodes = nodes
@@ -333,7 +380,9 @@ class ClusterWan(Wan):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         t0 = time.monotonic()
-        actor = self.ray.remote(num_cpus=0, max_restarts=0)(SiteAgent)
+        # Threads: a control request to a peer still starting waits, and must not hold
+        # up the machine's other calls (polls, probes, the engine's verbs).
+        actor = self.ray.remote(num_cpus=0, max_restarts=0, max_concurrency=16)(SiteAgent)
         for k, node in enumerate(self.nodes):
             strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
             self.agents.append(
@@ -422,6 +471,26 @@ class ClusterWan(Wan):
     def configured_one_way_ms(self) -> np.ndarray:
         return self.one_way_s * 1e3
 
+    def call(self, host: int, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(agent, *args, **kwargs) on the machine of host `host` (SiteAgent.call)."""
+        return self._get([self.agents[self.site_of[host]].call.remote(fn, *args, **kwargs)])[0]
+
+    def call_all(self, fn: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        """fn(agent, *args, **kwargs) on every machine at once; the answers in machine order."""
+        return self._get([a.call.remote(fn, *args, **kwargs) for a in self.agents])
+
+    @property
+    def engine_pid(self) -> int | None:
+        return None  # one engine per machine: their figures come from the machines
+
+    def monitor_fidelity(self, **options: Any) -> FidelityMonitor:
+        """The WAN's delivered RTT sampled in the background, each pair from its source's
+        machine (FidelityMonitor's options)."""
+        self._check_open()
+        monitor = _ClusterFidelity(self, self.run_dir / "fidelity.jsonl", **options)
+        monitor.start()
+        return monitor
+
     def popen(self, *args: Any, **kwargs: Any) -> Any:
         raise EmulationError(
             "programs on a network across machines: not yet (docs/beyond-one-machine.md)"
@@ -431,6 +500,7 @@ class ClusterWan(Wan):
         if self._closed:
             return
         self._closed = True
+        t0 = time.monotonic()
         problems = []
         for k, agent in enumerate(self.agents):
             try:
@@ -444,7 +514,9 @@ class ClusterWan(Wan):
                 problems.append(f"machine {k + 1}: {type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):
                 self.ray.kill(agent)
-        self._log.write("teardown.done", problems=problems)
+        self.down_s = time.monotonic() - t0
+        self.teardown = {"down_s": round(self.down_s, 3), "machines": len(self.agents)}
+        self._log.write("teardown.done", **self.teardown, problems=problems)
         self._log.close()
         self._record.remove()
         self._session.close()

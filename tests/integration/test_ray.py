@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -110,10 +111,12 @@ def test_an_error_raised_in_a_task_comes_back_as_itself(tmp_path, cluster):
         list(run_tasks(new_run_dir, calls, jobs=2, ray="local"))
 
 
-def test_a_task_refuses_a_machine_with_other_code(tmp_path):
-    assert _call_checked(str.upper, ("x",), str(tmp_path), project_fingerprint()) == "X"
+def test_a_task_refuses_a_machine_with_other_code():
+    here = os.getcwd()  # (a task works in the driver's folder: this one, so nothing moves)
+    assert _call_checked(str.upper, ("x",), here, project_fingerprint()) == "X"
     with pytest.raises(RayError, match="runs another version of the project"):
-        _call_checked(str.upper, ("x",), str(tmp_path), "0123456789abcdef")
+        _call_checked(str.upper, ("x",), here, "0123456789abcdef")
+    assert os.getcwd() == here
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from testbed.cli import cli
+from testbed.experiments.overlay import run_experiment
 from testbed.net import (
     cluster_down,
     cluster_status,
@@ -26,9 +27,10 @@ from testbed.net import (
     local_cluster_up,
     open_cluster_wan,
 )
+from testbed.spec import load_spec
 from testbed.topology import load_topology
 
-from .conftest import ATTEMPTS, PAUSE_S, bound_ms
+from .conftest import ATTEMPTS, PAUSE_S, SPEC, bound_ms
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +98,36 @@ def test_32_hosts_on_two_machines_keep_their_latencies_and_partition_at_once(tmp
     assert (machines_dir / "m2" / "engine" / "final-stats.json").is_file()
 
 
+def test_the_peers_run_on_both_machines_with_no_violation(tmp_path, machines):
+    spec, data = load_spec(None, [f'cluster="{machines.head}"'], defaults=SPEC)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    checks = summary["invariants"]["by_check"]
+    assert summary["status"] == "complete"
+    assert summary["invariants"]["violations"] == 0, checks
+    assert [c["members"] for c in checks] == [12, 10, 8, 10]
+    assert summary["repair_s"]["crashes"] == 2 and summary["repair_s"]["unrepaired"] == 0
+    assert 0 < summary["emu"]["peer_private_memory_kb"]["max"] < 20_000  # forked there
+    for check in checks:
+        used = check["resources"]
+        assert used["peers"] == check["members"]
+        assert [e["machine"] for e in used["delay_engines"]] == [1, 2]
+    fidelity = summary["wan"]["fidelity"]
+    assert fidelity["samples"] > 0 and fidelity["lost"] == 0, fidelity
+    # Peers ran on both machines, and their logs came back to the run folder.
+    machines_dir = run_dir / "wan" / "machines"
+    started = [len(list((machines_dir / m / "hosts").glob("*/node.*"))) for m in ("m1", "m2")]
+    assert all(count > 0 for count in started), started
+    logs = [p.read_text() for p in (run_dir / "peers").glob("*.jsonl")]
+    joined = sum(text.count('"kind":"joined"') for text in logs)
+    assert len(logs) >= 12 and joined >= 14  # 12 joined, 2 more later (on free hosts)
+
+
 DRIVER = """
 import sys, time
 from testbed.net import open_cluster_wan
+from testbed.experiments.overlay import run_experiment
+from testbed.spec import load_spec
 from testbed.topology import load_topology
 wan = open_cluster_wan(load_topology("planetlab").select(8, pick="random", seed=1),
                        address=sys.argv[1], run_dir=sys.argv[2], clamp=True)
