@@ -837,6 +837,10 @@ class SchedSpec(msgspec.Struct, forbid_unknown_fields=True):
     criterion: Literal["fcfs", "global", "greedy"] = "global"
     aggregate: int = 2
     prediction: DtmTechnique = msgspec.field(default_factory=_default_prediction)
+    workers: int = 1  # processes scheduling clusterings side by side; 0: one per core
+    cluster: str | None = (
+        None  # schedule each clustering as a Ray task there ("local" or an address)
+    )
 
 
 # What D, N, M and the criterion are (top level) and what the agents' timing is
@@ -919,6 +923,10 @@ def _check_sched(spec: SchedSpec, source: str) -> None:
             )
     if not spec.schedulers:
         fail("schedulers", "name at least one scheduler")
+    if spec.workers < 0:
+        fail("workers", "must be >= 0 (0: one per core)")
+    if spec.cluster is not None and (why := cluster_address_problem(spec.cluster)):
+        fail("cluster", why)
     if not spec.overprovision:
         fail("overprovision", 'name at least one level ("total" or a factor >= 1)')
     for level in spec.overprovision:

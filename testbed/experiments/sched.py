@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.run import Report, Run, RunResult
 from testbed.models.central import Placement, central_fcfs
 from testbed.models.p2psched import Outcome, Policy, decentralised
+from testbed.pool import run_tasks
 from testbed.runs import JsonLog
 from testbed.spec import SchedSpec
 from testbed.workload import (
@@ -105,28 +107,20 @@ def run_sched(
         write_swf(workload, run.dir / "workload.swf")
         tally = _Tally(len(workload), topology.n)
         dynamic: dict[int, Any] = {}
-        for clustering in names:
+        calls = []
+        for clustering in names:  # each clustering once, here (DYN shares its predictions)
             clusters = _clustering(spec, clustering, groups, rtt, dynamic, say)
-            usable = _within(clusters, latency, spec.latency_ms)
-            can = None
-            for variant, policy in _variants(spec, clustering):
-                say(f"{variant}: {len(workload)} jobs on {topology.n} nodes")
-                if policy is None:
-                    placements, failed, lost = _central(workload, usable)
-                else:
-                    outcome, can = decentralised(
-                        workload,
-                        clusters,
-                        latency,
-                        policy,
-                        job_latency_ms=spec.latency_ms,
-                        seed=spec.seed,
-                        can=can,
-                    )
-                    placements, failed, lost = outcome.placements, outcome.failed, outcome.lost
-                    tally.traffic[variant] = _traffic(
-                        outcome, len(workload), placements, topology.n
-                    )
+            calls.append((spec, clustering, clusters, latency, workload, topology.n))
+        workers = min(spec.workers or os.cpu_count() or 1, len(calls))
+        say(f"{len(workload)} jobs on {topology.n} nodes: {len(calls)} clusterings")
+        ended: dict[int, list[_Variant]] = {}
+        for k, variants in run_tasks(_schedule, calls, jobs=workers, ray=spec.cluster):
+            ended[k] = variants
+            say(f"{names[k]}: scheduled ({len(ended)} of {len(calls)})")
+        for k in range(len(calls)):  # in the spec's order, whichever ended first
+            for variant, placements, failed, lost, traffic in ended[k]:
+                if traffic is not None:
+                    tally.traffic[variant] = traffic
                 _placements_log(run.dir / f"placements-{_file_name(variant)}.jsonl", placements)
                 tally.add(variant, placements, failed, lost)
         result = run.finish(
@@ -152,6 +146,41 @@ def run_sched(
         )
         plot_slowdown(run.dir / "slowdown.png", tally.curves, spec.name)
         return result
+
+
+_Variant = tuple[str, list[Placement], list[tuple[int, str]], list[tuple[int, str]], Any]
+
+
+def _schedule(
+    spec: SchedSpec,
+    clustering: str,
+    clusters: list[tuple[int, ...]],
+    latency: np.ndarray,
+    workload: Workload,
+    nodes: int,
+) -> list[_Variant]:
+    """Every scheduler variant of one clustering: (variant, placements, failed, lost,
+    traffic or None); a task of its own (testbed.pool.run_tasks)."""
+    usable = _within(clusters, latency, spec.latency_ms)
+    can = None  # the CAN is built once per clustering and shared by its variants
+    out: list[_Variant] = []
+    for variant, policy in _variants(spec, clustering):
+        if policy is None:
+            placements, failed, lost = _central(workload, usable)
+            out.append((variant, placements, failed, lost, None))
+            continue
+        outcome, can = decentralised(
+            workload,
+            clusters,
+            latency,
+            policy,
+            job_latency_ms=spec.latency_ms,
+            seed=spec.seed,
+            can=can,
+        )
+        traffic = _traffic(outcome, len(workload), outcome.placements, nodes)
+        out.append((variant, outcome.placements, outcome.failed, outcome.lost, traffic))
+    return out
 
 
 def _central(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import shutil
 import subprocess
 import tempfile
@@ -49,7 +50,7 @@ from testbed.net._probe import IcmpProber
 from testbed.net._wan import Wan, _engine_choice
 from testbed.net.delay import read_delay_file, write_delay_file
 from testbed.pool import ray_session
-from testbed.runs import new_run_dir, pack_folder, unpack_folder
+from testbed.runs import new_run_dir, pack_folder, unpack_folder, write_json
 from testbed.topology import Topology
 
 __all__ = ["ClusterWan", "SiteAgent", "open_cluster_wan", "place_hosts"]
@@ -422,6 +423,20 @@ class ClusterWan(Wan):
             link_ms=self.link_ms.round(4).tolist(),
             up_s=round(self.up_s, 3),
         )
+        self._write_description()  # topology/ and emulation.json, as a local run has
+        description = json.loads((self.run_dir / "emulation.json").read_text())
+        description["machines"] = [
+            {
+                "machine": k + 1,
+                "address": m["address"],
+                "hosts": [self.hosts[h].name for h in self.placement[k]],
+                "core": site.core_netns,
+                "calibration": m["calibration"],
+            }
+            for k, (m, site) in enumerate(zip(self.machines, self.sites, strict=True))
+        ]
+        description["machine_latency_ms"] = self.link_ms.round(4).tolist()
+        write_json(self.run_dir / "emulation.json", description)
 
     def _get(self, refs: list[Any]) -> list[Any]:
         try:

@@ -136,3 +136,19 @@ def test_ray_runs_only_what_has_tasks(tmp_path):
     result = CliRunner().invoke(cli, ["run", spec, "--ray"])
     assert result.exit_code != 0
     assert "--ray runs the seeds of a 'predict' spec" in result.output
+
+
+def test_a_scheduling_spec_schedules_its_clusterings_on_ray(tmp_path, cluster):
+    from testbed.experiments.sched import run_sched
+
+    from ..testbed.test_sched import SMALL as SCHED
+
+    spec, data = load_any_spec(None, [], defaults=SCHED)
+    _, local = run_sched(spec, data, out=tmp_path / "local")
+    spec, data = load_any_spec(None, ["workers=2", 'cluster="local"'], defaults=SCHED)
+    run_dir, remote = run_sched(spec, data, out=tmp_path / "ray")
+    assert list(remote["slowdown"]) == list(local["slowdown"])  # the spec's order
+    for key in ("slowdown", "by_variant", "traffic", "wait_s", "utilisation", "jobs"):
+        assert remote[key] == local[key], key
+    for path in (tmp_path / "local").glob("placements-*.jsonl"):
+        assert untimed((run_dir / path.name).read_bytes()) == untimed(path.read_bytes())

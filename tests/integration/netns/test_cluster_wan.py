@@ -115,6 +115,9 @@ def test_the_peers_run_on_both_machines_with_no_violation(tmp_path, machines):
     fidelity = summary["wan"]["fidelity"]
     assert fidelity["samples"] > 0 and fidelity["lost"] == 0, fidelity
     # Peers ran on both machines, and their logs came back to the run folder.
+    emulation = json.loads((run_dir / "wan" / "emulation.json").read_text())
+    assert [len(m["hosts"]) for m in emulation["machines"]] == [8, 8]
+    assert (run_dir / "wan" / "topology" / "hosts.csv").is_file()
     machines_dir = run_dir / "wan" / "machines"
     started = [len(list((machines_dir / m / "hosts").glob("*/node.*"))) for m in ("m1", "m2")]
     assert all(count > 0 for count in started), started
