@@ -34,6 +34,7 @@ from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
 from testbed.engines.peers import peer_seed
+from testbed.engines.procstats import cpu_seconds, private_memory_kb, resident_kb
 from testbed.engines.remote import RemotePeer, RemotePeers
 from testbed.engines.zygote import ForkedProcess, PeerZygote
 from testbed.errors import EmulationError
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["NODE_COMMAND", "EmuEngine", "peer_args", "private_memory_kb"]
 
 START_TIMEOUT_S = 20.0  # a peer process must answer on its control socket within this
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # The command that runs one peer as its own process (see peer_args; peers = "exec").
@@ -556,35 +556,3 @@ def _signal_group(proc: Any, sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) a process has used so far."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
-
-
-def resident_kb(pid: int) -> int | None:
-    """Resident memory of a process (VmRSS)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return None
-
-
-def private_memory_kb(pid: int) -> int | None:
-    """Private (unshared) memory of a process: what another copy of it would add."""
-    try:
-        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-    except OSError:
-        return None
-    fields = dict(line.split(":", 1) for line in text.splitlines()[1:] if ":" in line)
-    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from node.control import ControlError, request, request_when_up
+from testbed.engines.procstats import cpu_seconds, private_memory_kb, resident_kb
 
 __all__ = [
     "RemotePeer",
@@ -118,8 +119,6 @@ def on_ask(
 def on_figures(agent: Any) -> dict[str, Any]:
     """The peers' CPU seconds and private memory, the delay engine's CPU seconds and
     resident memory, on this machine."""
-    from testbed.engines.emu import cpu_seconds, private_memory_kb, resident_kb
-
     peers = {
         host: (cpu_seconds(proc.pid), private_memory_kb(proc.pid), proc.started)
         for host, proc in _peers(agent).items()
