@@ -489,8 +489,11 @@ TABLE_SPECS = {
 )
 @overrides_option("e.g. --set topology.ref=my-matrix.txt")
 @run_folder_option
+@ray_option
 @handled
-def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path | None) -> None:
+def table_(
+    number: str, seeds: int | None, overrides: tuple[str, ...], out: Path | None, ray: str | None
+) -> None:
     """Reproduce one of seed 002's latency prediction tables (5.2, 5.4, 5.5, 5.6) in the
     simulator, with the thesis's figures beside ours. Table 5.2 was measured on UMIACS
     (151 hosts), which is not public: ours runs on PlanetLab's 490 hosts."""
@@ -498,6 +501,7 @@ def table_(number: str, seeds: int | None, overrides: tuple[str, ...], out: Path
 
     path = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / TABLE_SPECS[number]
     extra = [f'paper="{number}"', *([f"seeds={seeds}"] if seeds else []), *overrides]
+    extra += [f'cluster="{ray}"'] if ray is not None else []  # the seeds as Ray tasks
     spec, data = load_any_spec(path, extra)
     print(_run_prediction(spec, data, out))
 

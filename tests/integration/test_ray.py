@@ -152,3 +152,22 @@ def test_a_scheduling_spec_schedules_its_clusterings_on_ray(tmp_path, cluster):
         assert remote[key] == local[key], key
     for path in (tmp_path / "local").glob("placements-*.jsonl"):
         assert untimed((run_dir / path.name).read_bytes()) == untimed(path.read_bytes())
+
+
+def test_a_table_runs_its_seeds_on_ray(tmp_path, cluster):
+    matrix = tmp_path / "tree.txt"
+    np.savetxt(matrix, tree_metric(40, seed=3), fmt="%.17g")
+    args = ["table", "5.2", "--seeds", "2", "--set", f'topology.ref="{matrix}"',
+            "--set", "techniques.2.rounds=2000"]  # fmt: skip
+    local = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "local")])
+    remote = CliRunner().invoke(cli, [*args, "--ray", "--out", str(tmp_path / "ray")])
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.output
+    here, there = (
+        json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "ray")
+    )
+    for name, result in here["prediction"].items():
+        strip = [{k: v for k, v in s.items() if k != "cpu_s"} for s in result["per_seed"]]
+        assert strip == [
+            {k: v for k, v in s.items() if k != "cpu_s"}
+            for s in there["prediction"][name]["per_seed"]
+        ]
