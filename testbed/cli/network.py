@@ -225,18 +225,40 @@ def exec_(
     "--force", is_flag=True, help="Also remove runs whose testbed process is still alive."
 )
 @click.option("--run", "run_id", metavar="RUN_ID", help="Only this run (the hex id in tb<id>-h1).")
+@click.option(
+    "--cluster",
+    "cluster_id",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ID]",
+    help="Also on every machine of this cluster (default: the only one up).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @handled
-def clean(force: bool, run_id: str | None, as_json: bool) -> None:
+def clean(force: bool, run_id: str | None, cluster_id: str | None, as_json: bool) -> None:
     """Remove the namespaces, links, rules and processes of runs that were killed."""
     from testbed.net import clean as do_clean
+    from testbed.net import clean_machines, find_cluster
 
+    machines = []
+    if cluster_id is not None:  # first: the cluster must still be up to reach its machines
+        machines = clean_machines(find_cluster(cluster_id or None))
     report = do_clean(force=force, run_id=run_id)
+    for other in machines:
+        label = f"machine {other['machine']}: "
+        report.problems += [label + p for p in other["problems"]]
+        report.still_alive += other["still_alive"]
+        if not as_json:
+            console.print(
+                f"{label}{len(other['runs'])} run(s), {len(other['netns_removed'])} namespaces, "
+                f"{len(other['processes_killed'])} processes removed"
+            )
     if as_json:
-        print(json.dumps(report.__dict__))
+        print(json.dumps(report.__dict__ | ({"machines": machines} if machines else {})))
     else:
         if report.nothing_done:
-            console.print("nothing to clean")
+            console.print("nothing to clean" + (" here" if machines else ""))
         else:
             console.print(
                 f"removed {len(report.runs)} run(s): {len(report.netns_removed)} namespaces, "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -112,3 +113,22 @@ SPEC = {
         {"name": "join", "action": "join", "count": 2, "over_s": 2, "settle_s": 12},
     ],
 }
+
+
+def run_small_churn(tmp_path, overrides=()):
+    """SPEC run through the experiment runner; checks what every such run must show
+    (complete, no violation, the members of each check, both crashes repaired,
+    peers forked: under 20 MB each). Returns (run folder, summary)."""
+    from testbed.experiments.overlay import run_experiment
+    from testbed.spec import load_spec
+
+    spec, data = load_spec(None, list(overrides), defaults=SPEC)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    checks = summary["invariants"]["by_check"]
+    assert summary["status"] == "complete"
+    assert summary["invariants"]["violations"] == 0, checks
+    assert [c["members"] for c in checks] == [12, 10, 8, 10]
+    assert summary["repair_s"]["crashes"] == 2 and summary["repair_s"]["unrepaired"] == 0
+    assert 0 < summary["emu"]["peer_private_memory_kb"]["max"] < 20_000  # forked: ~9 MB
+    return run_dir, summary
