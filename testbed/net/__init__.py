@@ -59,9 +59,9 @@ if TYPE_CHECKING:
     from testbed.net._churn import ChurnRun as ChurnRun
     from testbed.net._churn import WanVerbs as WanVerbs
     from testbed.net._clean import clean as clean
+    from testbed.net._clean import clean_machines as clean_machines
     from testbed.net._clean import netns_of_run as netns_of_run
     from testbed.net._cluster import Cluster as Cluster
-    from testbed.net._cluster import clean_machines as clean_machines
     from testbed.net._cluster import cluster_down as cluster_down
     from testbed.net._cluster import cluster_status as cluster_status
     from testbed.net._cluster import find_cluster as find_cluster
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from testbed.net.delay import EngineClient as EngineClient
 
 _LAZY = {
-    "clean_machines": "testbed.net._cluster",
+    "clean_machines": "testbed.net._clean",
     "ClusterWan": "testbed.net._sites",
     "open_cluster_wan": "testbed.net._sites",
     "place_hosts": "testbed.net._sites",

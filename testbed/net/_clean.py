@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyroute2 import IPRoute
 
@@ -26,9 +27,9 @@ from testbed.net._containers import remove_containers, run_containers
 from testbed.net._netns import kill_processes, list_netns, netns_id, pids_in_netns, remove_netns
 from testbed.net._plan import NETNS_PREFIX_RE
 from testbed.net._registry import list_runs
-from testbed.pool import cluster_records
+from testbed.pool import cluster_records, ray_session
 
-__all__ = ["CleanReport", "RootSnapshot", "clean", "netns_of_run"]
+__all__ = ["CleanReport", "RootSnapshot", "clean", "clean_machines", "netns_of_run"]
 
 
 @dataclass
@@ -186,3 +187,31 @@ def leftovers(
     if containers:
         counts["containers"] = len(run_containers(run_id).get(run_id, []))
     return counts
+
+
+def clean_machines(cluster: Cluster) -> list[dict[str, Any]]:
+    """`testbed clean` on every machine of the cluster (runs killed there: their
+    namespaces, processes, containers); each machine's report, in machine order."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    with ray_session(cluster.head) as ray:
+        nodes = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}
+        task = ray.remote(num_cpus=0)(_clean_here)
+        refs = [
+            task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote()
+            for node in (nodes.get(m.address) for m in cluster.machines)
+            if node is not None
+        ]
+        reports = ray.get(refs)
+    return [
+        {"machine": m.name, **report}
+        for m, report in zip(
+            (m for m in cluster.machines if m.address in nodes), reports, strict=True
+        )
+    ]
+
+
+def _clean_here() -> dict[str, Any]:
+    return dict(clean().__dict__)

@@ -64,7 +64,6 @@ __all__ = [
     "Machine",
     "SshTarget",
     "cluster_down",
-    "clean_machines",
     "cluster_status",
     "find_cluster",
     "leftover_local_clusters",
@@ -614,36 +613,6 @@ def _machine_figures() -> tuple[float, int]:
         except OSError:
             continue
     return round(os.getloadavg()[0], 2), hosts
-
-
-def clean_machines(cluster: Cluster) -> list[dict[str, Any]]:
-    """`testbed clean` on every machine of the cluster (runs killed there: their
-    namespaces, processes, containers); each machine's report, in machine order."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    with ray_session(cluster.head) as ray:
-        nodes = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}
-        task = ray.remote(num_cpus=0)(_clean_here)
-        refs = [
-            task.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            ).remote()
-            for node in (nodes.get(m.address) for m in cluster.machines)
-            if node is not None
-        ]
-        reports = ray.get(refs)
-    return [
-        {"machine": m.name, **report}
-        for m, report in zip(
-            (m for m in cluster.machines if m.address in nodes), reports, strict=True
-        )
-    ]
-
-
-def _clean_here() -> dict[str, Any]:
-    from testbed.net._clean import clean
-
-    return dict(clean().__dict__)
 
 
 def cluster_down(
