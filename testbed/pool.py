@@ -230,6 +230,10 @@ def _ray_init(ray: Any, address: str, jobs: int) -> None:
     }
     try:
         if address == LOCAL:
+            # Token authentication, said explicitly: Ray turns it on for a local cluster
+            # anyway, and warns on every command when it has to decide by itself.
+            os.environ["RAY_AUTH_MODE"] = "token"
+            _ray_auth_changed()
             ray.init(address="local", num_cpus=max(jobs, 1), **options)
         else:
             address, record = _cluster_of(address)
