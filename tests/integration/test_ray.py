@@ -171,3 +171,20 @@ def test_a_table_runs_its_seeds_on_ray(tmp_path, cluster):
             {k: v for k, v in s.items() if k != "cpu_s"}
             for s in there["prediction"][name]["per_seed"]
         ]
+
+
+def _die_once(marker: str) -> str:
+    """A task whose worker dies the first time (the machine lost, say), then succeeds."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once")
+        os._exit(1)
+    return "ok"
+
+
+def test_a_run_lost_with_its_worker_is_run_again(tmp_path, cluster):
+    marker = tmp_path / "marker"
+    assert list(run_tasks(_die_once, [(str(marker),)], ray="local")) == [(0, "ok")]
+    assert marker.read_text() == "died once"
+    with pytest.raises(RayError, match="lost with its worker 1 times"):
+        list(run_tasks(_die_once, [(str(tmp_path / "again"),)], ray="local", retries=0))
