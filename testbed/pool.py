@@ -37,6 +37,7 @@ __all__ = [
     "RayError",
     "cluster_records",
     "project_fingerprint",
+    "ray_get",
     "ray_session",
     "run_tasks",
     "worker_signals",
@@ -146,10 +147,7 @@ def _ray_tasks(
                 done, _ = ray.wait(list(pending), num_returns=1)
                 k = pending.pop(done[0])
                 try:
-                    result = ray.get(done[0])
-                except ray.exceptions.RayTaskError as exc:
-                    cause = getattr(exc, "cause", None)
-                    raise (cause if isinstance(cause, BaseException) else exc) from None
+                    (result,) = ray_get(ray, [done[0]])
                 except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as exc:
                     raise RayError(
                         f"task {k + 1} of {len(calls)} was lost with its worker {retries + 1} "
@@ -160,6 +158,16 @@ def _ray_tasks(
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
+
+
+def ray_get(ray: Any, refs: list[Any]) -> list[Any]:
+    """ray.get(refs), but an error a task raised comes back as itself, not wrapped
+    in Ray's RayTaskError."""
+    try:
+        return list(ray.get(refs))
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        raise (cause if isinstance(cause, BaseException) else exc) from None
 
 
 def cluster_records() -> list[dict[str, Any]]:

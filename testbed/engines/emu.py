@@ -119,7 +119,8 @@ class EmuEngine(WanVerbs):
             self._points: dict[int, tuple[float, ...]] = {}
             self._procs: dict[int, HostProcess | ForkedProcess | RemotePeer] = {}
             self._zygote: PeerZygote | None = None  # started with the first forked peer
-            self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> (CPU s, when), resources
+            # (CPU s, when) by pid, or on other machines by (host, incarnation) and ("engine", k)
+            self._cpu_seen: dict[Any, tuple[float, float]] = {}
             self._engine_cpu = (0.0, time.monotonic())  # the delay engine's, likewise
             self._incarnation: dict[int, int] = {}
             self._crashes: list[tuple[int, float]] = []  # (host, wall time): ids from the logs
@@ -350,7 +351,7 @@ class EmuEngine(WanVerbs):
         assert self._remote is not None
         cpu: list[float] = []
         memory: list[int] = []
-        seen: dict[Any, tuple[float, float]] = {}
+        seen: dict[Any, tuple[float, float]] = {}  # by (host, incarnation) and ("engine", k)
         engines = []
         for k, machine in enumerate(self._remote.figures()):
             now = machine["now"]  # that machine's monotonic clock
@@ -358,14 +359,14 @@ class EmuEngine(WanVerbs):
                 if used is None or private is None:
                     continue
                 key = (host, self._incarnation.get(host))
-                before, since = self._cpu_seen.get(key, (0.0, started))  # type: ignore[call-overload]
+                before, since = self._cpu_seen.get(key, (0.0, started))
                 if now > since:
                     cpu.append(100.0 * (used - before) / (now - since))
                 memory.append(private)
                 seen[key] = (used, now)
             if machine["engine"] is not None:
                 used, resident = machine["engine"]
-                before, since = self._cpu_seen.get(("engine", k), (used, now))  # type: ignore[call-overload]
+                before, since = self._cpu_seen.get(("engine", k), (used, now))
                 engines.append(
                     {
                         "machine": k + 1,
@@ -374,7 +375,7 @@ class EmuEngine(WanVerbs):
                     }
                 )
                 seen[("engine", k)] = (used, now)
-        self._cpu_seen = seen  # type: ignore[assignment]
+        self._cpu_seen = seen
         return {
             "peers": len(memory),
             "peer_cpu_pct": quantiles(cpu, digits=2),

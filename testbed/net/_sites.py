@@ -49,7 +49,7 @@ from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
 from testbed.net._wan import Wan, _engine_choice
 from testbed.net.delay import read_delay_file, write_delay_file
-from testbed.pool import ray_session
+from testbed.pool import ray_get, ray_session
 from testbed.runs import new_run_dir, pack_folder, unpack_folder, write_json
 from testbed.topology import Topology
 
@@ -271,14 +271,8 @@ class _FanOut:
         self.cwan = cwan
 
     def _all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        import ray
 
-        refs = [a.engine.remote(method, *args, **kwargs) for a in self.cwan.agents]
-        try:
-            return ray.get(refs)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, BaseException) else exc) from None
+        return self.cwan._get([a.engine.remote(method, *args, **kwargs) for a in self.cwan.agents])
 
     def __getattr__(self, method: str) -> Any:
         if method in ("partition", "heal", "host_down", "host_up", "set_loss", "set_jitter",
@@ -439,11 +433,7 @@ class ClusterWan(Wan):
         write_json(self.run_dir / "emulation.json", description)
 
     def _get(self, refs: list[Any]) -> list[Any]:
-        try:
-            return self.ray.get(refs)
-        except self.ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, BaseException) else exc) from None
+        return ray_get(self.ray, refs)
 
     def load_compensated(self, one_way_s: np.ndarray, *, clamp: bool) -> int:
         """Give each machine's engine `one_way_s` less the latency between machines;
