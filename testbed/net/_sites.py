@@ -302,9 +302,10 @@ class _FanOut:
     def stats(self) -> dict[str, Any]:
         return {"machines": self._all("stats")}
 
-    def counters(self, *, reset: bool = False) -> Any:
+    def counters(self, *, reset: bool = False) -> dict[str, Any]:
+        """Every machine's pairs: each engine counts only what its own hosts send."""
         parts = self._all("counters", reset=reset)
-        return {"machines": parts}
+        return {"pairs": [row for part in parts for row in part["pairs"]]}
 
 
 def open_cluster_wan(

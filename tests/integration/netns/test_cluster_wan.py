@@ -88,6 +88,8 @@ def test_32_hosts_on_two_machines_keep_their_latencies_and_partition_at_once(tmp
         assert after[(a, b)] == [] and after[(b, a)] == [] and len(after[inside]) == 5
         wan.heal()
         assert len(wan.rtts_ms([(a, b)], samples=3)[(a, b)]) == 3
+        counted = wan.counters()  # both machines' engines: echoes both ways across
+        assert counted["packets"][a, b] > 0 and counted["packets"][b, a] > 0
         # A latency change reaches both machines' engines, each less the machines' latency.
         wan.set_rtt(wan.hosts[a].name, wan.hosts[b].name, 250.0)
         assert wan.configured_one_way_ms()[a, b] == wan.configured_one_way_ms()[b, a] == 125.0
