@@ -64,6 +64,9 @@ def test_limits_apply_to_what_runs_on_a_container_host(tmp_path):
         for pid in (sleeper.pid, *inside):
             assert box.container in Path(f"/proc/{pid}/cgroup").read_text()
         wan.freeze("h2")
+        deadline = time.monotonic() + 2  # a signal is delivered when the process next runs
+        while any(_state(p) != "T" for p in inside) and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert all(_state(pid) == "T" for pid in inside)
         wan.thaw("h2")
         wan.crash("h2")
