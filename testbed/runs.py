@@ -18,9 +18,12 @@ from testbed.errors import InputError
 __all__ = [
     "JsonLog",
     "new_run_dir",
+    "changed_files",
     "pack_folder",
+    "read_appended",
     "strip_none",
     "unpack_folder",
+    "write_files",
     "write_json",
 ]
 
@@ -115,3 +118,60 @@ def unpack_folder(packed: bytes, folder: Path) -> None:
             if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
                 raise ValueError(f"a packed run folder holds {member.name!r}: not a plain file")
         tar.extractall(root, members=members)
+
+
+# -- files mirrored from another machine as they grow ---------------------------------------------
+
+Stats = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns)
+
+
+def read_appended(
+    folder: Path, pattern: str, offsets: dict[str, int], *, whole_lines: bool = True
+) -> dict[str, bytes]:
+    """What each file of `folder` matching `pattern` (a glob) holds past
+    offsets[its path relative to folder]; with whole_lines, up to its last newline
+    (a log line still being written comes next time)."""
+    out = {}
+    for path in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+        if not path.is_file():
+            continue
+        name = path.relative_to(folder).as_posix()
+        with path.open("rb") as stream:
+            stream.seek(offsets.get(name, 0))
+            data = stream.read()
+        if whole_lines:
+            data = data[: data.rfind(b"\n") + 1]
+        if data:
+            out[name] = data
+    return out
+
+
+def changed_files(folder: Path, known: Stats) -> tuple[dict[str, bytes], Stats]:
+    """The files under `folder` whose size or modification time is not what `known`
+    says (their contents), and every file's (size, mtime_ns)."""
+    changed, stats = {}, {}
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if not path.is_file() or path.is_symlink():
+            continue
+        name = path.relative_to(folder).as_posix()
+        info = path.stat()
+        stats[name] = (info.st_size, info.st_mtime_ns)
+        if known.get(name) != stats[name]:
+            changed[name] = path.read_bytes()
+    return changed, stats
+
+
+def write_files(folder: Path, files: dict[str, bytes]) -> Stats:
+    """Write `files` (relative path -> contents) under `folder`; nothing may land
+    outside it. Returns each written file's (size, mtime_ns)."""
+    root = folder.resolve()
+    stats = {}
+    for name, data in files.items():
+        target = (root / name).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise ValueError(f"{name!r} is not a file under {folder}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        info = target.stat()
+        stats[name] = (info.st_size, info.st_mtime_ns)
+    return stats

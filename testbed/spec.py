@@ -284,6 +284,9 @@ class ProgramSpec(msgspec.Struct, forbid_unknown_fields=True):
     leave_grace_s: float = 10.0  # then the program is killed and the leave counted abrupt
     env: dict[str, str] = msgspec.field(default_factory=dict)  # added to the program's environment
     campaign: CampaignSpec | None = None  # scripts x seeds, for `testbed campaign`
+    # The emulated network across the machines of this Ray cluster ("auto", HOST:PORT):
+    # docs/beyond-one-machine.md. None: this machine alone.
+    cluster: str | None = None
 
 
 def _check_topology(topology: TopologySpec, fail: Callable[[str, str], None]) -> None:
@@ -340,9 +343,7 @@ def _check(spec: ExperimentSpec, source: str) -> None:
     if spec.cluster is not None:
         if spec.engine != "emu":
             fail("cluster", "an emulated network spans machines; the simulator runs on one")
-        if spec.cluster == "local" or (why := cluster_address_problem(spec.cluster)):
-            fail("cluster", why if spec.cluster != "local" else 'a running cluster: "auto" '
-                 "or HOST:PORT (`testbed cluster up` starts one)")  # fmt: skip
+        _check_network_cluster(spec.cluster, fail)
     if spec.clusters is not None:
         _check_run_clusters(spec.clusters, fail)
     if spec.jobs is not None:
@@ -406,11 +407,19 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
+def _check_network_cluster(address: str, fail: Callable[[str, str], None]) -> None:
+    if address == "local" or (why := cluster_address_problem(address)):
+        fail("cluster", why if address != "local" else 'a running cluster: "auto" '
+             "or HOST:PORT (`testbed cluster up` starts one)")  # fmt: skip
+
+
 def _check_program(spec: ProgramSpec, source: str) -> None:
     def fail(field: str, reason: str) -> None:
         raise InputError(f"{field}: {reason}", source=source)
 
     _check_topology(spec.topology, fail)
+    if spec.cluster is not None:
+        _check_network_cluster(spec.cluster, fail)
     if not spec.command.strip():
         fail("command", "give the command a join starts on a host")
     churn = spec.churn

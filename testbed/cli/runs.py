@@ -141,19 +141,20 @@ def run(
     """Run an experiment spec (an overlay experiment, or kind = "predict",
     "cluster" or "sched"); prints the run folder as its last line. --ray (the spec's
     `cluster` field) runs a prediction spec's seeds or a scheduling spec's clusterings
-    as Ray tasks, and an emulated overlay spec's network across a cluster's machines."""
-    from testbed.spec import ExperimentSpec, PredictSpec, SchedSpec, load_any_spec
+    as Ray tasks, and an emulated spec's network (an overlay's peers or your program)
+    across a cluster's machines."""
+    from testbed.spec import ExperimentSpec, PredictSpec, ProgramSpec, SchedSpec, load_any_spec
 
     extra = [*overrides, *([f'engine="{engine}"'] if engine else [])]
     spec, data = load_any_spec(spec_path, extra)
     if ray is not None:
         emulated = isinstance(spec, ExperimentSpec) and spec.engine == "emu"
-        if not (isinstance(spec, PredictSpec | SchedSpec) or emulated):
+        if not (isinstance(spec, PredictSpec | SchedSpec | ProgramSpec) or emulated):
             raise InputError(
                 f"--ray: a {spec.kind!r} spec on the {getattr(spec, 'engine', 'sim')!r} engine "
                 "runs as one task; --ray runs the seeds of a 'predict' spec, the clusterings "
-                "of a 'sched' spec, an emulated overlay spec's network across the cluster's "
-                "machines, and with `testbed campaign` the runs of a campaign",
+                "of a 'sched' spec, an emulated spec's network (overlay or 'program') across "
+                "the cluster's machines, and with `testbed campaign` the runs of a campaign",
                 source=spec_path,
             )
         spec, data = load_any_spec(spec_path, [*extra, f'cluster="{ray}"'])

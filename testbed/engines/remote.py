@@ -23,6 +23,7 @@ from typing import Any
 
 from node.control import ControlError, request, request_when_up
 from testbed.engines.procstats import cpu_seconds, private_memory_kb, resident_kb
+from testbed.runs import read_appended
 
 __all__ = [
     "RemotePeer",
@@ -133,17 +134,7 @@ def on_figures(agent: Any) -> dict[str, Any]:
 
 def on_read_logs(agent: Any, offsets: dict[str, int]) -> dict[str, bytes]:
     """What each peer's log holds past `offsets` (whole lines only)."""
-    out = {}
-    folder = agent.folder / "peers"
-    for path in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
-        start = offsets.get(path.name, 0)
-        with path.open("rb") as log:
-            log.seek(start)
-            data = log.read()
-        data = data[: data.rfind(b"\n") + 1]
-        if data:
-            out[path.name] = data
-    return out
+    return read_appended(agent.folder / "peers", "*.jsonl", offsets)
 
 
 class RemotePeers:

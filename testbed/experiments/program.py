@@ -20,7 +20,7 @@ from typing import Any
 from testbed.churn import Schedule, Universe, schedule_for
 from testbed.experiments.report import report_quietly
 from testbed.experiments.run import Report, Run, RunResult
-from testbed.net import open_wan, process_report
+from testbed.net import open_cluster_wan, open_wan, process_report
 from testbed.spec import ProgramSpec
 from testbed.topology import Topology, resolve_topology
 
@@ -65,9 +65,18 @@ def run_program(
         monitor = None
         try:
             report.say(f"bringing up {topology.n} hosts")
-            wan = open_wan(
-                topology, clamp=spec.topology.clamp, run_dir=run.dir / "wan", seed=spec.seed
-            )
+            if spec.cluster is None:
+                wan = open_wan(
+                    topology, clamp=spec.topology.clamp, run_dir=run.dir / "wan", seed=spec.seed
+                )
+            else:  # the hosts spread over the machines of a Ray cluster
+                wan = open_cluster_wan(
+                    topology,
+                    address=spec.cluster,
+                    clamp=spec.topology.clamp,
+                    run_dir=run.dir / "wan",
+                    seed=spec.seed,
+                )
             summary["emu"] = {"up_s": round(time.monotonic() - wall0, 3)}
             monitor = wan.monitor_fidelity(seed=spec.seed)
 

@@ -91,6 +91,7 @@ class Wan(Protocol):
     def set_reorder(self, rate: float, **options: Any) -> int: ...
     def set_duplicate(self, rate: float, **options: Any) -> int: ...
     def configured_one_way_ms(self) -> np.ndarray: ...
+    def gather_files(self, *, spread: bool = ...) -> int: ...
     def monitor_fidelity(self, **options: Any) -> FidelityMonitor: ...
 
 
@@ -499,9 +500,10 @@ def _check_values(wan: Wan, members: Sequence[str], t: float) -> dict[str, str]:
 def _substitute(
     command: str | Sequence[str], values: dict[str, str], *, on_hosts: bool
 ) -> list[str]:
-    """{members}, {member_ips}, {t} and {run} substituted. On hosts the other
-    placeholders are left for the host's own ({ip}, {name}, ...); on the root
-    any other is an error."""
+    """{members}, {member_ips}, {t} and {run} substituted. On hosts {run} and the
+    other placeholders are left for the host's own ({ip}, {name}, ...: {run} is
+    its machine's folder on a network across machines); on the root any other
+    is an error."""
     tokens = shlex.split(command) if isinstance(command, str) else list(command)
     if not tokens:
         raise InputError("check: the command is empty", source="<check>")
@@ -509,6 +511,8 @@ def _substitute(
     for token in tokens:
         if on_hosts:
             for key, value in values.items():
+                if key == "run":
+                    continue
                 escaped = value.replace("{", "{{").replace("}", "}}")
                 token = token.replace("{" + key + "}", escaped)
             out.append(token)
@@ -644,6 +648,11 @@ def _run_check(
     if check is None:
         return {**record, "ok": True, "ran": False}
     t0 = time.monotonic()
+    # What the programs wrote under {run} on other machines, here (and, for a check
+    # on the members, on every machine) before the check looks.
+    gathered = wan.gather_files(spread=check_on == "members")
+    if gathered:
+        record["files_gathered"] = gathered
     values = _check_values(wan, members, at.t)
     if callable(check) and not isinstance(check, str):
         try:

@@ -176,6 +176,32 @@ class Programs:
         env: Mapping[str, str] | None = None,
     ) -> HostProcess:
         """Start argv on `host`. Raises InputError when its program does not exist."""
+        process = self._launch(host, argv, out_path, err_path, label=label, env=env)
+        with self._lock:
+            self.processes.append(process)
+        self._log.write(
+            "process.start",
+            host=host.name,
+            pid=process.pid,
+            argv=list(argv),
+            label=label,
+            out=_relative(out_path, self.run_dir),
+            err=_relative(err_path, self.run_dir),
+        )
+        self._start_reaper()
+        return process
+
+    def _launch(
+        self,
+        host: EmuHost,
+        argv: Sequence[str],
+        out_path: Path,
+        err_path: Path,
+        *,
+        label: str,
+        env: Mapping[str, str] | None,
+    ) -> HostProcess:
+        """The process itself, in the host's namespace on this machine."""
         full_env = None if env is None else {**os.environ, **env}
         check_program(argv[0], host.name, (full_env or os.environ).get("PATH"), root=host.root)
         with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -190,21 +216,8 @@ class Programs:
                 )
             except OSError as exc:
                 raise EmulationError(f"cannot start {argv[0]!r} on {host.name}: {exc}") from None
-        process = HostProcess(host, popen, out_path, err_path, argv=argv, label=label, env=env)
-        with self._lock:
-            self.processes.append(process)
         self._on_start(popen.pid)
-        self._log.write(
-            "process.start",
-            host=host.name,
-            pid=popen.pid,
-            argv=list(argv),
-            label=label,
-            out=_relative(out_path, self.run_dir),
-            err=_relative(err_path, self.run_dir),
-        )
-        self._start_reaper()
-        return process
+        return HostProcess(host, popen, out_path, err_path, argv=argv, label=label, env=env)
 
     # -- what runs where -------------------------------------------------------------------------
 

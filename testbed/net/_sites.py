@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -44,9 +45,11 @@ import numpy as np
 from testbed.errors import CleanupError, EmulationError, FloorError
 from testbed.net._build import ip_batch
 from testbed.net._fidelity import FidelityMonitor
+from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
+from testbed.net._remote import Files, RemotePrograms, on_run
 from testbed.net._wan import Wan, _engine_choice
 from testbed.net.delay import read_delay_file, write_delay_file
 from testbed.pool import ray_get, ray_session
@@ -88,6 +91,7 @@ class SiteAgent:
         self.name = name
         self.wan: Any = None
         self.folder: Path | None = None
+        self.files: Path | None = None  # {run} of this machine's hosts (testbed/net/_remote.py)
         self.state: dict[str, Any] = {}  # what the layers above keep here (call)
         self._engine_lock = threading.Lock()  # one request at a time on the engine's socket
 
@@ -104,11 +108,16 @@ class SiteAgent:
         *,
         seed: int,
         clamp: bool,
+        where: str,
     ) -> dict[str, Any]:
         import ray
 
+        if os.path.isdir(where):  # programs named relative to the driver's folder
+            os.chdir(where)
         self.folder = Path(tempfile.mkdtemp(prefix=f"testbed-site-{site.run_id}-"))
         (self.folder / "wan").mkdir()
+        self.files = self.folder / "files"
+        self.files.mkdir()
         wan = Wan(topology, site, self.folder / "wan", scale=1.0, network=network)
         # One data thread per machine: on a machine shared by several (this one in the
         # suite) more threads than cores make every engine late.
@@ -121,6 +130,7 @@ class SiteAgent:
             "address": ray.util.get_node_ip_address(),
             "calibration": None if wan.calibration is None else dataclasses.asdict(wan.calibration),
             "engine_pid": wan.engine_pid,
+            "files": str(self.files),
         }
 
     def tunnels(self, me: int, peers: list[dict[str, Any]], vni_base: int) -> None:
@@ -385,7 +395,9 @@ class ClusterWan(Wan):
                 actor.options(scheduling_strategy=strategy).remote(f"machine {k + 1}")
             )
         ups = [
-            agent.up.remote(self.topology, self.whole, site, seed=seed, clamp=True)
+            agent.up.remote(
+                self.topology, self.whole, site, seed=seed, clamp=True, where=os.getcwd()
+            )
             for agent, site in zip(self.agents, self.sites, strict=True)
         ]
         self.machines = self._get(ups)
@@ -410,6 +422,8 @@ class ClusterWan(Wan):
         self.floor_rtt_ms = max(floors) if floors else 0.0
         self.load_compensated(self.one_way_s, clamp=clamp)
         self.engine = _FanOut(self)  # type: ignore[assignment]
+        self.programs = RemotePrograms(self, self.run_dir, self._log)
+        self.files = Files(self, self.run_dir, self._log)
         self.up_s = time.monotonic() - t0
         self._log.write(
             "bringup.cluster",
@@ -497,23 +511,53 @@ class ClusterWan(Wan):
         monitor.start()
         return monitor
 
-    def popen(self, *args: Any, **kwargs: Any) -> Any:
-        raise EmulationError(
-            "programs on a network across machines: not yet (docs/beyond-one-machine.md)"
-        )
+    # -- programs (testbed/net/_remote.py) ---------------------------------------------------------
+
+    def machine_dir(self, machine: int) -> Path:
+        """Where machine `machine` (0-based)'s folder is copied: <run>/machines/m<k>/."""
+        return self.run_dir / "machines" / f"m{machine + 1}"
+
+    def _host_folder(self, host: EmuHost) -> Path:
+        return self.machine_dir(self.site_of[host.index]) / "hosts" / host.name
+
+    def substitutions(self, host: EmuHost) -> dict[str, str]:
+        """Wan's, with {run} the folder of the host's machine (gather_files)."""
+        return {
+            **super().substitutions(host),
+            "run": self.machines[self.site_of[host.index]]["files"],
+        }
+
+    def run(
+        self, host: str | EmuHost, argv: Sequence[str], *, timeout_s: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        self._check_open()
+        index = self.host(host).index
+        return self.call(index, on_run, index, list(argv), timeout_s)  # type: ignore[no-any-return]
+
+    def gather_files(self, *, spread: bool = False) -> int:
+        """Copy what the programs wrote under {run} on the machines into the run folder
+        (same relative paths); with spread, every machine's to the others too."""
+        self._check_open()
+        return self.files.gather(spread=spread)
 
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         t0 = time.monotonic()
         problems = []
+        if self.agents and isinstance(self.programs, RemotePrograms):  # up: the programs first
+            try:
+                problems += self.programs.stop_all(grace_s=1.0)
+                self.gather_files()
+            except Exception as exc:  # whatever one machine says, the others are closed
+                problems.append(f"programs: {type(exc).__name__}: {exc}")
+        self._closed = True
         for k, agent in enumerate(self.agents):
             try:
                 packed = self.ray.get(agent.close.remote())
                 if packed:
-                    unpack_folder(packed, self.run_dir / "machines" / f"m{k + 1}")
-                problem = self.run_dir / "machines" / f"m{k + 1}" / "teardown-problems.txt"
+                    unpack_folder(packed, self.machine_dir(k))
+                problem = self.machine_dir(k) / "teardown-problems.txt"
                 if problem.exists():
                     problems.append(f"machine {k + 1}: {problem.read_text()}")
             except Exception as exc:  # whatever one machine says, the others are closed

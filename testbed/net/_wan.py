@@ -514,8 +514,12 @@ class Wan:
                 raise InputError(f"bad braces in {token!r}: {exc}", source="<command>") from None
         return out
 
+    def _host_folder(self, host: EmuHost) -> Path:
+        """Where the output of `host`'s programs goes."""
+        return self.run_dir / "hosts" / host.name
+
     def _log_paths(self, host: EmuHost, label: str) -> tuple[Path, Path]:
-        folder = self.run_dir / "hosts" / host.name
+        folder = self._host_folder(host)
         folder.mkdir(parents=True, exist_ok=True)
         stem, k = label, 1
         while (folder / f"{stem}.out").exists():
@@ -651,6 +655,12 @@ class Wan:
         self._check_open()
         chosen = self.host(host)
         return self.programs.restart(chosen, lambda label: self._log_paths(chosen, label))
+
+    def gather_files(self, *, spread: bool = False) -> int:
+        """Bring what the programs wrote under {run} into the run folder: here they
+        wrote it there already (a network across machines copies theirs: ClusterWan).
+        Returns how many files were copied."""
+        return 0
 
     def failure_report(self) -> str:
         """The run folder and every program that failed or still runs, with the tail

@@ -2,8 +2,10 @@
 # a namespace of this one with its own Ray node, agent, core and delay engine,
 # the cores joined by a VXLAN tunnel over the machines' LAN. 32 PlanetLab hosts
 # split 16/16: every pair's RTT within the bound, the machines' own latency
-# taken off the cross pairs; a partition between the machines at once; nothing
-# left after teardown, or after kill -9 and `testbed clean`.
+# taken off the cross pairs; a partition between the machines at once; the
+# project's peers and your own program (the gossip example, under the same
+# churn and check as on one machine) on both machines; nothing left after
+# teardown, or after kill -9 and `testbed clean`.
 
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from testbed.cli import cli
+from testbed.errors import ControlError, InputError
+from testbed.experiments import run_spec
 from testbed.net import (
     cluster_down,
     cluster_status,
@@ -26,9 +31,13 @@ from testbed.net import (
     local_cluster_up,
     open_cluster_wan,
 )
+from testbed.spec import load_any_spec
 from testbed.topology import load_topology
 
 from .conftest import ATTEMPTS, PAUSE_S, bound_ms, run_small_churn
+from .test_program_churn import CHECK as GOSSIP_CHECK
+from .test_program_churn import COMMAND as GOSSIP
+from .test_program_churn import SCRIPT as GOSSIP_SCRIPT
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +131,107 @@ def test_the_peers_run_on_both_machines_with_no_violation(tmp_path, machines):
     logs = [p.read_text() for p in (run_dir / "peers").glob("*.jsonl")]
     joined = sum(text.count('"kind":"joined"') for text in logs)
     assert len(logs) >= 12 and joined >= 14  # 12 joined, 2 more later (on free hosts)
+
+
+def test_your_program_runs_under_churn_across_machines_and_its_check_sees_all(tmp_path, machines):
+    """The gossip example (examples/gossip/) as a `kind = "program"` spec on 32 hosts of
+    two machines: the same script and check as on one (test_program_churn.py)."""
+    script = tmp_path / "gossip.churn"
+    script.write_text(GOSSIP_SCRIPT)
+    spec, data = load_any_spec(
+        None,
+        [],
+        defaults={
+            "kind": "program",
+            "name": "gossip-cluster",
+            "command": GOSSIP,
+            "check": GOSSIP_CHECK,  # on the driver: every machine's {run}/views gathered
+            "topology": {"ref": "planetlab", "hosts": 32, "clamp": True},
+            "churn": {"script": str(script), "settle_s": 2.5},
+            "cluster": machines.head,
+        },
+    )
+    run_dir, summary = run_spec(spec, data, out=tmp_path / "run")
+    assert summary["status"] == "complete"
+    checks = [json.loads(line) for line in (run_dir / "checks.jsonl").read_text().splitlines()]
+    assert len(checks) >= 7 and [c for c in checks if not c["ok"]] == []
+    assert all("views right" in c["stdout"] and c["files_gathered"] > 0 for c in checks)
+    assert summary["churn"]["events_applied"] == summary["churn"]["events_scheduled"]
+    assert summary["churn"]["leaves_abrupt"] == 0 and summary["churn"]["absent"] == []
+    log = [json.loads(line) for line in (run_dir / "wan" / "testbed.log").read_text().splitlines()]
+    starts = [r for r in log if r["kind"] == "process.start"]
+    assert {r["out"].split("/")[1] for r in starts} == {"m1", "m2"}  # programs on both
+    causes = {r["cause"] for r in log if r["kind"] == "process.exit"}
+    assert {"crash", "leave", "teardown"} <= causes
+    outputs = list((run_dir / "wan" / "machines").glob("m*/hosts/*/program*.out"))
+    assert len(outputs) == summary["churn"]["programs_started"]  # program.out, program.2.out...
+    assert len(list((run_dir / "wan" / "views").glob("h*.json"))) >= 20
+    assert summary["wan"]["fidelity"]["samples"] > 0
+
+
+def test_host_helpers_exec_and_run_files_across_machines(tmp_path, machines):
+    topology = load_topology("planetlab").select(8, pick="random", seed=3)
+    wan = open_cluster_wan(topology, address=machines.head, run_dir=tmp_path / "run", clamp=True)
+    try:
+        far = next(h.name for h in wan.hosts if wan.site_of[h.index] == 1)
+        first = wan.popen(far, f"{sys.executable} -c 'import time; time.sleep(60)'", label="s")
+        wan.freeze(far)
+        assert first.frozen and _eventually(lambda: _state(first.pid) == "T")
+        with pytest.raises(ControlError, match="frozen already"):
+            wan.freeze(far)
+        wan.thaw(far)
+        assert _eventually(lambda: _state(first.pid) != "T")
+        (again,) = wan.restart(far)
+        assert first.poll() == -9 and again.poll() is None
+        assert again.stdout_path == tmp_path / "run" / "machines" / "m2" / "hosts" / far / "s.2.out"
+        wan.crash(far)
+        assert again.poll() == -9
+        with pytest.raises(ControlError, match=f"nothing the testbed started is running on {far}"):
+            wan.crash(far)
+        with pytest.raises(InputError, match=f"'gosip' on {far}: no such program"):
+            wan.popen(far, "gosip --ip {ip}")  # looked up on its machine
+        # exec on every host of both machines, its output here; {run} is each machine's.
+        results = wan.exec(
+            "sh -c 'echo {name} {ip}; echo {name} > {run}/seen-{name}'", timeout_s=20
+        )
+        assert [r.returncode for r in results] == [0] * 8
+        assert [r.stdout().split() for r in results] == [[h.name, h.ip] for h in wan.hosts]
+        assert wan.run(far, ["cat", "/proc/net/dev"]).returncode == 0
+        # A check on the members sees the files every machine's programs wrote.
+        names = " ".join(f"{{run}}/seen-{h.name}" for h in wan.hosts)
+        handle = wan.apply_churn(
+            "at 0s join 8\nat 3s stop\n",
+            command=f"{sys.executable} -c 'import time; time.sleep(60)'",
+            settle_s=1.0,
+            check=f"cat {names}",
+            check_on="members",
+        )
+        assert handle.summary["checks"] >= 1 and handle.failed_checks == [], handle.checks
+    finally:
+        wan.close()
+    assert sorted(p.name for p in (tmp_path / "run").glob("seen-*")) == sorted(
+        f"seen-{h.name}" for h in wan.hosts
+    )
+    exits = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "testbed.log").read_text().splitlines()
+        if '"process.exit"' in line
+    ]
+    assert {e["cause"] for e in exits} == {"restart", "crash", "exited", "teardown"}
+    assert site_netns(wan.plan.run_id) == []
+
+
+def _eventually(condition, timeout_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _state(pid: int) -> str:  # the "machines" share this kernel: their pids are ours
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 DRIVER = """
