@@ -119,6 +119,11 @@ def on_run(
     return agent.wan.run(agent.wan.hosts[host], argv, timeout_s=timeout_s)  # type: ignore[no-any-return]
 
 
+def on_set_access(agent: Any, names: list[str], link: dict[str, Any]) -> int:
+    """Shape the access links of these hosts of this machine (Wan.set_access)."""
+    return agent.wan.set_access(names, **link)  # type: ignore[no-any-return]
+
+
 def on_read_outputs(agent: Any, offsets: dict[str, int]) -> dict[str, bytes]:
     """What the programs' output files hold past `offsets` (paths under hosts/)."""
     return read_appended(agent.wan.run_dir / "hosts", "*/*", offsets, whole_lines=False)

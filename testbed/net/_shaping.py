@@ -123,8 +123,9 @@ def apply_access(
     """
     batches: dict[str, list[str]] = defaultdict(list)
     after = set(shaped)
+    planned = {hp.index: hp for hp in plan.hosts}  # one machine's share holds some hosts
     for index in hosts:
-        hp = plan.hosts[index]
+        hp = planned[index]
         for netns, dev, rate in (
             (hp.netns, "eth0", link.up_mbit),
             (plan.core_netns, hp.core_ifname, link.down_mbit),

@@ -49,7 +49,8 @@ from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
-from testbed.net._remote import Files, RemotePrograms, on_run
+from testbed.net._remote import Files, RemotePrograms, on_run, on_set_access
+from testbed.net._shaping import AccessLink
 from testbed.net._wan import Wan, _engine_choice
 from testbed.net.delay import read_delay_file, write_delay_file
 from testbed.pool import ray_get, ray_session
@@ -533,6 +534,15 @@ class ClusterWan(Wan):
         self._check_open()
         index = self.host(host).index
         return self.call(index, on_run, index, list(argv), timeout_s)  # type: ignore[no-any-return]
+
+    def _shape_access(self, hosts: list[int], link: AccessLink) -> None:
+        """Each host's access link shaped by its machine."""
+        by_machine: dict[int, list[str]] = {}
+        for k in hosts:
+            by_machine.setdefault(self.site_of[k], []).append(self.hosts[k].name)
+        fields = dataclasses.asdict(link)
+        self._get([self.agents[m].call.remote(on_set_access, names, fields)
+                   for m, names in sorted(by_machine.items())])  # fmt: skip
 
     def gather_files(self, *, spread: bool = False) -> int:
         """Copy what the programs wrote under {run} on the machines into the run folder

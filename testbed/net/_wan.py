@@ -251,11 +251,13 @@ class Wan:
         (a subset of the topology) is logged as such."""
         for link in self.topology.links:
 
-            def chosen(selector: str | tuple[str, ...], link: Any = link) -> list[str]:
-                return [h.name for h in self.hosts if link.matches(selector, h.node, h.labels)]
+            def chosen(
+                selector: str | tuple[str, ...], link: Any = link, among: Any = self.hosts
+            ) -> list[str]:
+                return [h.name for h in among if link.matches(selector, h.node, h.labels)]
 
-            if link.kind == "access":
-                hosts = chosen(link.hosts)
+            if link.kind == "access":  # the links of the hosts built here
+                hosts = chosen(link.hosts, among=self.local)
                 if hosts:
                     self.set_access(
                         hosts,
@@ -842,7 +844,7 @@ class Wan:
         link = AccessLink(up_mbit, down_mbit, queue_bytes, queue_packets)
         indices = self._indices("set_access", hosts, "hosts")
         chosen = list(range(len(self.hosts))) if indices is None else indices
-        apply_access(self.plan, chosen, link, self._shaped)
+        self._shape_access(chosen, link)
         for k in chosen:
             if link.up_mbit is None and link.down_mbit is None:
                 self.access.pop(self.hosts[k].name, None)
@@ -850,6 +852,9 @@ class Wan:
                 self.access[self.hosts[k].name] = link
         self._log.write("wan.access", hosts=[self.hosts[k].name for k in chosen], **link.to_dict())
         return len(chosen)
+
+    def _shape_access(self, hosts: list[int], link: AccessLink) -> None:
+        apply_access(self.plan, hosts, link, self._shaped)
 
     def partition(self, *groups: Iterable[str | EmuHost]) -> None:
         """Cut the network into groups that cannot reach each other (unlisted hosts form one more group)."""

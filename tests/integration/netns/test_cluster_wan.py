@@ -196,7 +196,11 @@ def test_host_helpers_exec_and_run_files_across_machines(tmp_path, machines):
         )
         assert [r.returncode for r in results] == [0] * 8
         assert [r.stdout().split() for r in results] == [[h.name, h.ip] for h in wan.hosts]
-        assert wan.run(far, ["cat", "/proc/net/dev"]).returncode == 0
+        # Access links are shaped by each host's machine; wan.run asks it there.
+        near = next(h.name for h in wan.hosts if wan.site_of[h.index] == 0)
+        assert wan.set_access([near, far], up_mbit=10.0, queue_packets=100) == 2
+        for name in (near, far):
+            assert "htb" in wan.run(name, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
         # A check on the members sees the files every machine's programs wrote.
         names = " ".join(f"{{run}}/seen-{h.name}" for h in wan.hosts)
         handle = wan.apply_churn(
