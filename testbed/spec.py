@@ -597,7 +597,9 @@ class PredictSpec(msgspec.Struct, forbid_unknown_fields=True):
     boundary_ms: float | None = None  # Table 5.6's error rates at this cluster diameter
     paper: Literal["5.2", "5.4", "5.5", "5.6"] | None = None  # the thesis's table to print beside
     workers: int = 0  # processes running seeds side by side; 0: one per core
-    cluster: str | None = None  # run the seeds as Ray tasks there ("local" or an address)
+    # A Ray cluster ("local" or an address): the simulator runs the seeds as Ray tasks
+    # there, the emulator pings on a network across its machines (a running cluster).
+    cluster: str | None = None
     probe_rate: float = 50.0  # emulator: Pings per second per peer (the prober's budget) ...
     ping_concurrency: int = 8  # ... and how many peers measure at a time
 
@@ -700,7 +702,9 @@ def _check_predict(spec: PredictSpec, source: str) -> None:
         fail("boundary_ms", "must be a positive number of ms")
     if spec.workers < 0:
         fail("workers", "must be >= 0 (0: one per core)")
-    if spec.cluster is not None and (why := cluster_address_problem(spec.cluster)):
+    if spec.cluster is not None and spec.engine == "emu":
+        _check_network_cluster(spec.cluster, fail)
+    elif spec.cluster is not None and (why := cluster_address_problem(spec.cluster)):
         fail("cluster", why)
 
 

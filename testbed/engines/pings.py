@@ -26,8 +26,9 @@ from node.config import config_to_dict
 from node.control import ControlError, request, request_when_up
 from testbed.engines.emu import NODE_COMMAND, START_TIMEOUT_S, peer_args
 from testbed.engines.peers import build_node_config, draw_point, peer_seed
+from testbed.engines.remote import RemotePeers
 from testbed.errors import EmulationError
-from testbed.net import HostProcess, Wan, open_wan
+from testbed.net import open_cluster_wan, open_wan
 from testbed.runs import write_json
 from testbed.spec import NodeSpec
 from testbed.topology import Topology
@@ -83,12 +84,14 @@ def ping_all_pairs(
     seed: int,
     concurrency: int = 8,
     on_host: Callable[[int], None] | None = None,
+    cluster: str | None = None,
 ) -> PingTable:
     """Bring up the WAN, start a prober peer per host, have each measure all
     others with `samples` pings (at most `rate` Pings per second per peer,
     `concurrency` peers measuring at a time), tear down. `on_host(done)`
     reports progress. Lost pings are counted; a pair none of whose pings came
-    back either way is an error (its host is unreachable)."""
+    back either way is an error (its host is unreachable). `cluster`: the hosts
+    spread over the machines of that Ray cluster (docs/beyond-one-machine.md)."""
     node = NodeSpec()
     config = build_node_config(node)
     config = dataclasses.replace(
@@ -96,13 +99,19 @@ def ping_all_pairs(
         probe=dataclasses.replace(config.probe, samples=samples, rate=rate, timeout_s=2.0),
     )
     rng = random.Random(seed)
-    with open_wan(topology, clamp=clamp, run_dir=run_dir / "wan", seed=seed) as wan:
+    if cluster is None:
+        wan: Any = open_wan(topology, clamp=clamp, run_dir=run_dir / "wan", seed=seed)
+    else:  # the hosts spread over the machines of a Ray cluster
+        wan = open_cluster_wan(
+            topology, address=cluster, clamp=clamp, run_dir=run_dir / "wan", seed=seed
+        )
+    with wan:
         config_path = run_dir / "node.json"
         write_json(config_path, config_to_dict(config))
         (run_dir / "peers").mkdir(exist_ok=True)
         n = len(wan.hosts)
-        controls = [str(wan.sockets_dir / f"{h.name}.ctl") for h in wan.hosts]
-        procs = _start_probers(wan, node, config_path, controls, rng, seed, run_dir)
+        probers = _Probers(wan, config_path, remote=cluster is not None)
+        probers.start(node, rng, seed, run_dir)
         configured = wan.configured_one_way_ms()
         configured = configured + configured.T
         started = time.monotonic()
@@ -111,7 +120,7 @@ def ping_all_pairs(
         monitor = wan.monitor_fidelity(seed=seed)
         try:
             table, lost = _measure_all(
-                controls,
+                probers.ask,
                 addresses,
                 samples=samples,
                 rate=rate,
@@ -121,10 +130,7 @@ def ping_all_pairs(
         finally:
             fidelity = monitor.close()
         wall = time.monotonic() - started
-        for k, proc in enumerate(procs):
-            with contextlib.suppress(ControlError):
-                request(controls[k], "exit", timeout_s=2.0)
-            proc.terminate(grace_s=3.0)
+        probers.stop(run_dir)
     result = PingTable(table, lost, configured, wall, fidelity)
     write_json(run_dir / "pings.json", result.to_json())
     silent = [(a, b) for a in range(n) for b in range(a + 1, n) if not table[a][b] + table[b][a]]
@@ -136,48 +142,60 @@ def ping_all_pairs(
     return result
 
 
-def _start_probers(
-    wan: Wan,
-    node: NodeSpec,
-    config_path: Path,
-    controls: list[str],
-    rng: random.Random,
-    seed: int,
-    run_dir: Path,
-) -> list[HostProcess]:
-    """Start one peer per host (its point drawn from `rng` in host order) and
-    wait until each answers on its control socket."""
-    procs = [
-        wan.popen(
-            host,
-            [
-                *NODE_COMMAND,
-                *peer_args(
-                    host.name,
-                    f"{host.ip}:{node.port}",
-                    config_path,
-                    draw_point(node, rng),
-                    peer_seed(seed, k, 1),
-                    run_dir / "peers" / f"{host.name}.jsonl",
-                    controls[k],
-                ),
-            ],
-            label="node",
+class _Probers:
+    """One prober peer per host: processes of this machine asked on their control
+    sockets, or on a network across machines each machine's (RemotePeers)."""
+
+    def __init__(self, wan: Any, config_path: Path, *, remote: bool) -> None:
+        self.wan = wan
+        self.controls = [str(wan.sockets_dir / f"{h.name}.ctl") for h in wan.hosts]
+        self.remote = RemotePeers(wan, config_path, False, list(NODE_COMMAND)) if remote else None
+        self.config_path = config_path
+        self.procs: list[Any] = []
+
+    def start(self, node: NodeSpec, rng: random.Random, seed: int, run_dir: Path) -> None:
+        """Start one peer per host (its point drawn from `rng` in host order) and
+        wait until each answers on its control socket."""
+        for k, host in enumerate(self.wan.hosts):
+            args = peer_args(
+                host.name,
+                f"{host.ip}:{node.port}",
+                self.config_path,
+                draw_point(node, rng),
+                peer_seed(seed, k, 1),
+                run_dir / "peers" / f"{host.name}.jsonl",
+                self.controls[k],
+            )
+            if self.remote is not None:
+                self.procs.append(self.remote.spawn(k, args))
+            else:
+                self.procs.append(self.wan.popen(host, [*NODE_COMMAND, *args], label="node"))
+        for k in range(len(self.procs)):
+            self.ask(k, "status", wait_s=START_TIMEOUT_S)
+
+    def ask(
+        self, k: int, op: str, *, timeout_s: float = 5.0, wait_s: float | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        if self.remote is not None:
+            return self.remote.ask(k, op, timeout_s=timeout_s, wait_s=wait_s, **fields)
+        if wait_s is None:
+            return request(self.controls[k], op, timeout_s=timeout_s, **fields)
+        proc = self.procs[k]
+        return request_when_up(
+            self.controls[k], op, running=lambda: proc.poll() is None, wait_s=wait_s, **fields
         )
-        for k, host in enumerate(wan.hosts)
-    ]
-    for k, proc in enumerate(procs):
-        request_when_up(
-            controls[k],
-            "status",
-            running=lambda p=proc: p.poll() is None,
-            wait_s=START_TIMEOUT_S,
-        )
-    return procs
+
+    def stop(self, run_dir: Path) -> None:
+        for k, proc in enumerate(self.procs):
+            with contextlib.suppress(ControlError):
+                self.ask(k, "exit", timeout_s=2.0)
+            proc.terminate(grace_s=3.0)
+        if self.remote is not None:  # their logs, as a local run has them
+            self.remote.sync_logs(run_dir / "peers")
 
 
 def _measure_all(
-    controls: list[str],
+    ask: Callable[..., dict[str, Any]],
     addresses: list[list[Any]],
     *,
     samples: int,
@@ -187,14 +205,14 @@ def _measure_all(
 ) -> tuple[list[list[list[float]]], np.ndarray]:
     """Have every peer measure all others (`concurrency` at a time): the RTTs in
     ms per ordered pair, and the samples lost per pair."""
-    n = len(controls)
+    n = len(addresses)
     done = 0
 
     def measure(a: int) -> dict[str, Any]:
         others = [addresses[b] for b in range(n) if b != a]
         # every sample can take the prober's timeout; the budget paces the rest
         budget_s = 60.0 + len(others) * samples / rate + 2.0 * samples
-        return request(controls[a], "rtt", targets=others, samples=samples, timeout_s=budget_s)
+        return ask(a, "rtt", targets=others, samples=samples, timeout_s=budget_s)
 
     table: list[list[list[float]]] = [[[] for _ in range(n)] for _ in range(n)]
     lost = np.zeros((n, n), dtype=np.int64)

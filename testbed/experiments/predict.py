@@ -434,6 +434,7 @@ def _emulated(
         seed=seeds[0],
         concurrency=spec.ping_concurrency,
         on_host=None if on_ping is None else lambda done: on_ping(done, n),
+        cluster=spec.cluster,  # the pings on a network across the cluster's machines
     )
     emu.update(
         samples=max(t.samples for t in spec.techniques),

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from testbed.cli import cli
 from testbed.errors import ControlError, InputError
 from testbed.experiments import run_spec
+from testbed.experiments.predict import run_prediction
 from testbed.net import (
     cluster_down,
     cluster_status,
@@ -236,6 +237,31 @@ def _eventually(condition, timeout_s: float = 2.0) -> bool:
 
 def _state(pid: int) -> str:  # the "machines" share this kernel: their pids are ours
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_an_emulated_prediction_pings_across_machines(tmp_path, machines):
+    spec, data = load_any_spec(
+        None,
+        [f'cluster="{machines.head}"'],
+        defaults={
+            "kind": "predict",
+            "engine": "emu",
+            "seeds": [1],
+            "probe_rate": 100.0,
+            "topology": {"ref": "planetlab", "hosts": 12, "pick": "random", "clamp": True},
+            "techniques": [{"kind": "gnp", "samples": 3, "filter": "min"}],
+        },
+    )
+    run = run_prediction(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["pings"]["lost"] == 0
+    samples = json.loads((run / "pings.json").read_text())["samples_ms"]
+    assert all(len(samples[a][b]) == 3 for a in range(12) for b in range(12) if a != b)
+    assert summary["pings"]["median_measurement_error"] < 0.05
+    emulation = json.loads((run / "wan" / "emulation.json").read_text())
+    assert [len(m["hosts"]) for m in emulation["machines"]] == [6, 6]
+    logs = [p.read_text() for p in (run / "peers").glob("h*.jsonl")]
+    assert len(logs) == 12 and all(logs)  # each machine's peers' logs, here
 
 
 DRIVER = """
