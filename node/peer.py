@@ -20,6 +20,7 @@ from node.can.overlay import CanConfig, CanOverlay, Status
 from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
 from node.events import ClusterChanged, Event, RttMeasured
+from node.limits import SourceLimiter
 from node.sched.agent import Action, SchedAgent, SchedConfig
 from node.wire import (
     DROP_REASONS,
@@ -84,6 +85,10 @@ class Peer:
             raise ValueError("a shared codec must use the grid's key")
         self._codec = codec if codec is not None else Codec(config.grid_key)
         self._replay = ReplayWindow()
+        can = config.can
+        self._limiter = SourceLimiter(
+            can.per_source_per_s, can.per_source_burst, can.per_source_table
+        )
         self._outbox: deque[tuple[bytes, Address]] = deque()
         self._events: deque[Event] = deque()
         self._seq = 0
@@ -141,6 +146,9 @@ class Peer:
         outputs afterwards."""
         self.counters["rx"] += 1
         self.counters["rx_bytes"] += len(data)
+        if not self._limiter.allow(addr[0], now):
+            self.counters["drop.rate_limited"] += 1
+            return
         try:
             sender, seq, message = self._codec.decode_untrusted(data)
         except WireError as exc:

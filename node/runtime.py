@@ -493,6 +493,7 @@ async def serve_control(
         pass
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     await sock.bind(path)
+    os.chmod(path, 0o600)  # the control API answers its owner only (a Unix socket's mode)
     sock.listen(16)
     listener = trio.SocketListener(sock)
 

@@ -100,6 +100,7 @@ DROP_REASONS = (
     "malformed",  # the body does not decode to a known message
     "replayed",  # a sequence number seen before, or too old
     "invalid",  # decodes, but its content breaks a rule (checked by the receiving component)
+    "rate_limited",  # its source sent more than its share (node/limits.py), not decoded
 )
 
 

@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with listener:
         listener.bind(args.socket)
+        os.chmod(args.socket, 0o600)  # whoever reaches it starts processes: its owner only
         listener.listen(1)
         _warm_up()
         gc.freeze()

@@ -47,10 +47,14 @@ def _nothing_left_behind() -> object:
     yield
     runs = list_runs()
     ours = {r.run_id for r in runs if r.owner_pid == os.getpid()}
-    # Namespaces that appeared meanwhile are ours unless a live process of
-    # someone else registered them (a run started beside the tests).
+    # Namespaces that appeared meanwhile are ours unless a live process of someone
+    # else registered them (a run started beside the tests, another suite's): the
+    # runs listed before and after the namespaces, so one starting or ending
+    # meanwhile is known either way.
     others = {r.run_id for r in runs if r.owner_pid != os.getpid() and r.owner_alive()}
-    ours |= set(netns_of_run()) - before - others
+    appeared = set(netns_of_run()) - before
+    others |= {r.run_id for r in list_runs() if r.owner_pid != os.getpid() and r.owner_alive()}
+    ours |= appeared - others
     reports = [clean(force=True, run_id=rid) for rid in sorted(ours)]
     assert not ours, f"runs left behind by the tests (now removed): {sorted(ours)}; {reports}"
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +51,11 @@ class CanConfig:
     max_hops: int = 512
     max_gossip_tombstones: int = 64
     max_summaries: int = 200  # neighbour summaries per update (the datagram must stay small)
+    # Datagrams one source address may send this peer: per second sustained, at once,
+    # and how many sources are remembered (node/limits.py); 0 per second: no limit.
+    per_source_per_s: float = 200.0
+    per_source_burst: float = 400.0
+    per_source_table: int = 4096
 
     def __post_init__(self) -> None:
         if self.busy_timeout_s is None:
@@ -86,7 +92,18 @@ class CanConfig:
                 "suspect_after_s",
                 "must exceed update_interval_s, or live neighbours get suspected",
             )
-        for name in ("leave_attempts", "max_hops", "max_gossip_tombstones", "max_summaries"):
+        rate, burst = self.per_source_per_s, self.per_source_burst
+        if not (isinstance(rate, int | float) and math.isfinite(rate) and rate >= 0):
+            raise FieldError("can", "per_source_per_s", f"must be >= 0 datagrams/s, not {rate!r}")
+        if not (isinstance(burst, int | float) and math.isfinite(burst) and burst >= 1):
+            raise FieldError("can", "per_source_burst", f"must be >= 1 datagram, not {burst!r}")
+        for name in (
+            "leave_attempts",
+            "max_hops",
+            "max_gossip_tombstones",
+            "max_summaries",
+            "per_source_table",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise FieldError("can", name, f"must be a positive integer, not {value!r}")

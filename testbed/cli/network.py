@@ -224,7 +224,12 @@ def exec_(
 @click.option(
     "--force", is_flag=True, help="Also remove runs whose testbed process is still alive."
 )
-@click.option("--run", "run_id", metavar="RUN_ID", help="Only this run (the hex id in tb<id>-h1).")
+@click.option(
+    "--run",
+    "run_id",
+    metavar="RUN_ID",
+    help="Only this run or local cluster (the hex id in tb<id>-h1, tb<id>-m1).",
+)
 @click.option(
     "--cluster",
     "cluster_id",
@@ -243,7 +248,7 @@ def clean(force: bool, run_id: str | None, cluster_id: str | None, as_json: bool
 
     machines = []
     if cluster_id is not None:  # first: the cluster must still be up to reach its machines
-        machines = clean_machines(find_cluster(cluster_id or None))
+        machines = clean_machines(find_cluster(cluster_id or None), run_id)
     report = do_clean(force=force, run_id=run_id)
     for other in machines:
         label = f"machine {other['machine']}: "

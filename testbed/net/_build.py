@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -191,10 +192,19 @@ def install_queue_rule(plan: NetworkPlan, queue: int, queues: int = 1) -> str:
     raise EmulationError("cannot add the NFQUEUE rule in the WAN core: " + "; ".join(errors))
 
 
-# The core's rules for what the delay engine marks on a verdict (fastpath.c):
-# mark bit 1 = deliver a copy too, bit 2 = set ECN CE (the packet is ECN-capable).
+# The core's nftables rules. Anti-spoofing: a packet that comes from a host's
+# port (h<k>) with a source address that is not that host's is dropped and
+# counted (`spoofed`) before anything else sees it (priority raw). Marks: what
+# the delay engine marked on a verdict (fastpath.c): bit 1 = deliver a copy too,
+# bit 2 = set ECN CE (the packet is ECN-capable).
 CORE_NFT_RULES = """
 table ip testbed_wan {
+  set hosts { type ifname . ipv4_addr; }
+  counter spoofed { }
+  chain antispoof {
+    type filter hook prerouting priority raw; policy accept;
+    iifname "h*" iifname . ip saddr != @hosts counter name "spoofed" drop
+  }
   chain marks {
     type filter hook postrouting priority 0; policy accept;
     meta mark & 0x1 == 0x1 dup to ip daddr
@@ -205,25 +215,45 @@ table ip testbed_wan {
 
 
 def install_mark_rules(plan: NetworkPlan) -> None:
-    """The core's nftables rules that duplicate and CE-mark what the engine marked.
+    """The core's nftables rules: anti-spoofing on the hosts' ports, and the
+    duplicates and CE marks the engine asks for.
 
     Raises:
         EmulationError: nft is missing or refused them.
     """
     if shutil.which("nft") is None:
         raise EmulationError(
-            "nftables' `nft` is not installed (duplication and ECN marks need it); "
-            "`make install` (scripts/install-system-deps.sh) installs it"
+            "nftables' `nft` is not installed (duplication, ECN marks and anti-spoofing need "
+            "it); `make install` (scripts/install-system-deps.sh) installs it"
         )
+    elements = ", ".join(f'"{h.core_ifname}" . {h.ip}' for h in plan.hosts)
+    rules = CORE_NFT_RULES + (
+        f"add element ip testbed_wan hosts {{ {elements} }}\n" if elements else ""
+    )
     result = subprocess.run(
         [*nsenter_argv(plan.core_netns), "nft", "-f", "-"],
-        input=CORE_NFT_RULES,
+        input=rules,
         capture_output=True,
         text=True,
         check=False,
     )
     if result.returncode != 0:
-        raise EmulationError(f"nft in the WAN core refused the mark rules: {result.stderr.strip()}")
+        raise EmulationError(f"nft in the WAN core refused its rules: {result.stderr.strip()}")
+
+
+def spoofed_packets(plan: NetworkPlan) -> int:
+    """How many packets the core dropped for a source address not their host's."""
+    result = subprocess.run(
+        [*nsenter_argv(plan.core_netns), "nft", "-j", "list", "counter", "ip", "testbed_wan",
+         "spoofed"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise EmulationError(f"nft in the WAN core: {result.stderr.strip()}")
+    for item in json.loads(result.stdout)["nftables"]:
+        if "counter" in item:
+            return int(item["counter"]["packets"])
+    raise EmulationError("nft in the WAN core has no `spoofed` counter")
 
 
 def build_network(

@@ -95,7 +95,7 @@ def clean(*, force: bool = False, run_id: str | None = None) -> CleanReport:
 
     Args:
         force: also remove runs whose owning testbed process is still alive.
-        run_id: only this run.
+        run_id: only this run (or local cluster: the id in tb<id>-m1).
     """
     report = CleanReport()
     records = {r.run_id: r for r in list_runs() if run_id is None or r.run_id == run_id}
@@ -119,18 +119,22 @@ def clean(*, force: bool = False, run_id: str | None = None) -> CleanReport:
         report.netns_removed += removed
         if record is not None and not alive:
             record.remove()
-    if run_id is None:
-        _clean_clusters(report, force)
+    _clean_clusters(report, force, run_id)
     return report
 
 
-def _clean_clusters(report: CleanReport, force: bool) -> None:
+def _clean_clusters(report: CleanReport, force: bool, only: str | None) -> None:
     """Local clusters a killed `testbed cluster up` left (namespaces no record names);
-    with force, also the clusters that are up (as `testbed cluster down`)."""
+    with force, also the clusters that are up (as `testbed cluster down`). `only`:
+    that cluster id alone (a run id names no cluster: nothing)."""
     for cid, netns in sorted(leftover_local_clusters().items()):
+        if only is not None and cid != only:
+            continue
         report.netns_removed += remove_leftover_cluster(cid, netns)
         report.clusters_removed.append(cid)
     for record in cluster_records():
+        if only is not None and record["id"] != only:
+            continue
         cluster = Cluster.load(record)
         if cluster.starting_elsewhere() or (cluster.state == "up" and not force):
             report.live_clusters_skipped.append(cluster.id)
@@ -189,18 +193,20 @@ def leftovers(
     return counts
 
 
-def clean_machines(cluster: Cluster) -> list[dict[str, Any]]:
+def clean_machines(cluster: Cluster, run_id: str | None = None) -> list[dict[str, Any]]:
     """`testbed clean` on every machine of the cluster (runs killed there: their
-    namespaces, processes, containers); each machine's report, in machine order."""
+    namespaces, processes, containers); each machine's report, in machine order.
+    `run_id`: only the shares of that network across machines (tb<run_id><k>-...)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    shares = None if run_id is None else [f"{run_id}{k:x}" for k in range(len(cluster.machines))]
     with ray_session(cluster.head) as ray:
         nodes = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}
         task = ray.remote(num_cpus=0)(_clean_here)
         refs = [
             task.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            ).remote()
+            ).remote(shares)
             for node in (nodes.get(m.address) for m in cluster.machines)
             if node is not None
         ]
@@ -213,5 +219,11 @@ def clean_machines(cluster: Cluster) -> list[dict[str, Any]]:
     ]
 
 
-def _clean_here() -> dict[str, Any]:
-    return dict(clean().__dict__)
+def _clean_here(run_ids: list[str] | None) -> dict[str, Any]:
+    if run_ids is None:
+        return dict(clean().__dict__)
+    report = CleanReport()
+    for rid in run_ids:  # which share a machine holds, only its registry knows
+        for key, value in clean(run_id=rid).__dict__.items():
+            getattr(report, key).extend(value)
+    return dict(report.__dict__)

@@ -124,6 +124,10 @@ def on_set_access(agent: Any, names: list[str], link: dict[str, Any]) -> int:
     return agent.wan.set_access(names, **link)  # type: ignore[no-any-return]
 
 
+def on_spoofed(agent: Any) -> int:
+    return agent.wan.spoofed()  # type: ignore[no-any-return]
+
+
 def on_read_outputs(agent: Any, offsets: dict[str, int]) -> dict[str, bytes]:
     """What the programs' output files hold past `offsets` (paths under hosts/)."""
     return read_appended(agent.wan.run_dir / "hosts", "*/*", offsets, whole_lines=False)

@@ -49,7 +49,7 @@ from testbed.net._host import EmuHost
 from testbed.net._netns import nsenter_argv
 from testbed.net._plan import NetworkPlan, new_run_id, plan_network
 from testbed.net._probe import IcmpProber
-from testbed.net._remote import Files, RemotePrograms, on_run, on_set_access
+from testbed.net._remote import Files, RemotePrograms, on_run, on_set_access, on_spoofed
 from testbed.net._shaping import AccessLink
 from testbed.net._wan import Wan, _engine_choice
 from testbed.net.delay import read_delay_file, write_delay_file
@@ -543,6 +543,11 @@ class ClusterWan(Wan):
         fields = dataclasses.asdict(link)
         self._get([self.agents[m].call.remote(on_set_access, names, fields)
                    for m, names in sorted(by_machine.items())])  # fmt: skip
+
+    def spoofed(self) -> int:
+        """Wan.spoofed, over every machine's core."""
+        self._check_open()
+        return sum(self.call_all(on_spoofed))
 
     def gather_files(self, *, spread: bool = False) -> int:
         """Copy what the programs wrote under {run} on the machines into the run folder

@@ -38,7 +38,12 @@ import numpy as np
 
 from testbed.errors import CleanupError, ControlError, EmulationError, FloorError, InputError
 from testbed.linkmodel import MAX_ONE_WAY_S
-from testbed.net._build import build_network, install_mark_rules, install_queue_rule
+from testbed.net._build import (
+    build_network,
+    install_mark_rules,
+    install_queue_rule,
+    spoofed_packets,
+)
 from testbed.net._clean import RootSnapshot, leftovers, remove_run
 from testbed.net._containers import (
     ContainerSpec,
@@ -436,7 +441,7 @@ class Wan:
     def sockets_dir(self) -> Path:
         """A folder for this run's Unix sockets (peers' control APIs); removed at teardown."""
         folder = self._record.sockets_dir
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's only
         return folder
 
     def host(self, name: str | EmuHost) -> EmuHost:
@@ -889,6 +894,12 @@ class Wan:
             out["dropped"][src, dst] = dropped
         return out
 
+    def spoofed(self) -> int:
+        """Packets the WAN core dropped because their source address was not their
+        host's (anti-spoofing: a host sends only as itself)."""
+        self._check_open()
+        return spoofed_packets(self.plan)
+
     def monitor_fidelity(self, **options: Any) -> FidelityMonitor:
         """Start sampling the RTT this WAN delivers, in the background (FidelityMonitor's
         options: interval_s, pairs, samples, rate_per_s, seed); rounds go to
@@ -955,6 +966,12 @@ class Wan:
                 except subprocess.TimeoutExpired:
                     self._engine_proc.kill()
                     self._engine_proc.wait()
+            spoofed = None
+            if self.plan.hosts:
+                try:
+                    spoofed = spoofed_packets(self.plan)
+                except (EmulationError, OSError, ValueError) as exc:
+                    problems.append(f"anti-spoofing counter: {exc}")
             if self._shells:
                 from testbed.net._mininet import stop_shells
 
@@ -965,7 +982,11 @@ class Wan:
             if alive:
                 problems.append(f"processes still alive: {alive}")
             self.down_s = time.monotonic() - t0
-            self.teardown = {"down_s": round(self.down_s, 3), "swept_pids": len(pids)}
+            self.teardown = {
+                "down_s": round(self.down_s, 3),
+                "swept_pids": len(pids),
+                "spoofed_dropped": spoofed,
+            }
             try:
                 self.teardown["leftovers"] = leftovers(
                     self.plan.run_id,

@@ -416,7 +416,11 @@ def fuzz_local_peer(
     Its log, stderr and configuration stay in `folder`. The result also says
     whether the process was still running and exited cleanly afterwards.
     """
-    config = build_node_config(NodeSpec(grid_key=grid_key.hex() if grid_key else None))
+    # No per-source rate limit: every datagram, sent from one socket as fast as the
+    # peer takes them, must reach the decoder (a flood is limited: test_limits.py).
+    config = build_node_config(
+        NodeSpec(grid_key=grid_key.hex() if grid_key else None, per_source_per_s=0.0)
+    )
     # A scheduler too, whose "program" starts nothing that talks: a fuzzed
     # TaskStart may name any ranks.
     config = dataclasses.replace(config, sched=SchedConfig(command="true"))

@@ -193,6 +193,7 @@ class DelayEngine:
             if os.path.exists(self.config.control_path):
                 os.unlink(self.config.control_path)
             listener.bind(self.config.control_path)
+            os.chmod(self.config.control_path, 0o600)  # its owner only (as the peers')
             listener.listen(16)
             listener.setblocking(False)
             with contextlib.ExitStack() as stack:

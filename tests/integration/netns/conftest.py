@@ -1,19 +1,56 @@
 # Shared by the namespace tests: measuring the emulated network from the test process
-# itself, and the small CAN experiment on real processes that the churn test builds on.
+# itself, the small CAN experiment on real processes that the churn test builds on, and
+# finding a test's own namespaces (another suite may run beside this one: what it makes
+# and removes meanwhile is not this test's business).
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from testbed.net import IcmpProber, entered_netns
+from testbed.net import IcmpProber, entered_netns, list_netns, list_runs, netns_of_run
+from testbed.net._plan import NETNS_PREFIX_RE
 
 SO_TIMESTAMPNS = 35
+
+
+def run_id_of(run_dir) -> str:
+    """The run id a WAN's run folder names (testbed.log's bringup.start)."""
+    for line in (Path(run_dir) / "testbed.log").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "bringup.start":
+            return record["run_id"]
+    raise AssertionError(f"no bringup.start in {run_dir}/testbed.log")
+
+
+def netns_of(run_id: str) -> list[str]:
+    """The namespaces of one run."""
+    return sorted(netns_of_run(run_id).get(run_id, []))
+
+
+def _foreign_runs() -> set[str]:
+    return {r.run_id for r in list_runs() if r.owner_pid != os.getpid() and r.owner_alive()}
+
+
+def appeared_since(before: set[str]) -> list[str]:
+    """Run namespaces made since `before` (a list_netns()) that no other live process
+    owns: what this test made. The runs are listed before and after the namespaces,
+    so that one starting or ending meanwhile is known either way."""
+    foreign = _foreign_runs()
+    now = set(list_netns())
+    foreign |= _foreign_runs()
+    return sorted(
+        name
+        for name in now - before
+        if (match := NETNS_PREFIX_RE.match(name)) and match.group(1) not in foreign
+    )
 
 
 def bound_ms(rtt_ms: float) -> float:

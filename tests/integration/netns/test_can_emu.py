@@ -9,10 +9,9 @@ import os
 import pytest
 
 from testbed.experiments.overlay import run_experiment
-from testbed.net import netns_of_run
 from testbed.spec import load_spec
 
-from .conftest import SPEC, run_small_churn
+from .conftest import SPEC, netns_of, run_id_of, run_small_churn
 
 
 def pid_alive(pid: int) -> bool:
@@ -63,7 +62,7 @@ def test_churn_on_real_processes_leaves_no_violation(tmp_path):
     for host, count in joins.items():
         events = [json.loads(line)["kind"] for line in logs[host].read_text().splitlines()]
         assert events.count("joined") == count, host
-    assert not netns_of_run()
+    assert netns_of(run_id_of(run_dir / "wan")) == []
 
 
 @pytest.mark.parametrize("peers", ["fork", "exec"])
@@ -91,7 +90,7 @@ def test_an_engine_failure_still_tears_down_and_leaves_a_summary(tmp_path, peers
     assert (
         summary["wan"]["fidelity"]["samples"] > 0 and "error_p99_ms" in summary["wan"]["fidelity"]
     )
-    assert not netns_of_run()
+    assert netns_of(run_id_of(tmp_path / "run" / "wan")) == []
     # The peers ran as asked: forked by the zygote, or each started by itself.
     text = (tmp_path / "run" / "wan" / "testbed.log").read_text()
     log = [json.loads(line) for line in text.splitlines()]

@@ -158,7 +158,7 @@ def test_the_cli_brings_a_local_cluster_up_and_down(tmp_path):
             ("m1", "alive"),
             ("m2", "alive"),
         ]
-        result = runner.invoke(cli, ["clean", "--json"])  # a cluster that is up is left alone
+        result = runner.invoke(cli, ["clean", "--run", made["id"], "--json"])  # up: left alone
         assert made["id"] in json.loads(result.output)["live_clusters_skipped"]
     finally:
         result = runner.invoke(cli, ["cluster", "down", "--id", made["id"]])
@@ -187,8 +187,8 @@ def test_clean_removes_what_a_killed_cluster_up_left(tmp_path):
     time.sleep(1.0)  # Ray starting on m1
     os.kill(up.pid, signal.SIGKILL)
     up.wait()
-    result = CliRunner().invoke(cli, ["clean", "--json"])
+    result = CliRunner().invoke(cli, ["clean", "--run", cluster_id, "--json"])  # this one only
     assert result.exit_code == 0, result.output
-    assert cluster_id in json.loads(result.output)["clusters_removed"]
+    assert json.loads(result.output)["clusters_removed"] == [cluster_id]
     temp_dirs = [f"/tmp/ray-tb{cluster_id}-m{k}" for k in (1, 2)]
     assert nothing_left(cluster_id, temp_dirs) == {"netns": [], "processes": [], "records": []}

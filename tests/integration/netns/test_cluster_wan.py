@@ -291,7 +291,8 @@ def test_kill_9_then_clean_leaves_nothing_on_either_machine(tmp_path, machines):
         driver.wait()
         driver.stdout.close()
     deadline = time.monotonic() + 30  # Ray ends the agents of a driver that is gone
-    clean = ["clean", "--cluster", machines.id, "--json"]  # on each machine, by its Ray node
+    # On each machine, by its Ray node; this run's shares only (another suite may be beside).
+    clean = ["clean", "--cluster", machines.id, "--run", run_id, "--json"]
     result = CliRunner().invoke(cli, clean)
     while site_netns(run_id) and time.monotonic() < deadline:
         time.sleep(0.5)

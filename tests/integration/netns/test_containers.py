@@ -132,9 +132,10 @@ def test_a_killed_run_with_containers_is_removed_by_testbed_clean(tmp_path):
         if proc.stdout is not None:
             proc.stdout.close()
     assert run_id and len(run_containers(run_id)[run_id]) == 2
-    result = subprocess.run([*CLI, "clean", "--json"], capture_output=True, text=True, check=True)
+    clean = [*CLI, "clean", "--run", run_id, "--json"]  # this run's: another suite may be beside
+    result = subprocess.run(clean, capture_output=True, text=True, check=True)
     report = json.loads(result.stdout)
-    assert len(report["containers_removed"]) == 2 and run_id in report["runs"]
+    assert len(report["containers_removed"]) == 2 and report["runs"] == [run_id]
     assert run_containers(run_id) == {}
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
     assert run_id not in links.stdout

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from testbed.errors import EmulationError, FloorError, TopologyError
-from testbed.net import clean, list_netns, list_runs, netns_of_run, open_wan
+from testbed.net import clean, list_netns, list_runs, open_wan
 from testbed.tools.bench import bringup_cost
+
+from .conftest import appeared_since, netns_of, run_id_of
 
 CLI = [sys.executable, "-m", "testbed.cli"]
 
@@ -26,10 +28,6 @@ def three(tmp_path):
     path = tmp_path / "three.txt"
     path.write_text("0 20 40\n20 0 30\n40 30 0\n")
     return path
-
-
-def our_netns() -> list[str]:
-    return sorted(name for names in netns_of_run().values() for name in names)
 
 
 def wait_for(predicate, timeout_s=20.0, what="condition"):
@@ -55,14 +53,14 @@ def test_an_exception_inside_tears_everything_down(three, tmp_path):
     def use_then_fail() -> None:
         with open_wan(three, run_dir=tmp_path / "run") as wan:
             seen["wan"], seen["sleeper"] = wan, wan.popen("h1", "sleep 600")
-            seen["netns"] = len(our_netns())
+            seen["netns"] = len(netns_of(wan.plan.run_id))
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         use_then_fail()
     wan, sleeper = seen["wan"], seen["sleeper"]
     assert seen["netns"] == 4
-    assert our_netns() == []
+    assert netns_of(wan.plan.run_id) == []
     assert not alive(sleeper.pid)
     assert wan.teardown["leftovers"] == {"netns": 0, "links": 0, "rules": 0, "processes": 0}
     assert all(r.run_id != wan.plan.run_id for r in list_runs())
@@ -71,7 +69,7 @@ def test_an_exception_inside_tears_everything_down(three, tmp_path):
 
 
 def test_bad_input_creates_nothing(tmp_path):
-    before = list_netns()
+    before = set(list_netns())
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1 2\n1 0 q\n2 1 0\n")
     with pytest.raises(TopologyError, match=r"bad.txt:2:3: 'q' is not a number"):
@@ -80,7 +78,7 @@ def test_bad_input_creates_nothing(tmp_path):
         open_wan("planetlab", hosts=500, run_dir=tmp_path / "r2")
     with pytest.raises(TopologyError, match="unknown host 'zz'"):
         open_wan("planetlab", hosts=["n1", "zz"], run_dir=tmp_path / "r3")
-    assert list_netns() == before
+    assert appeared_since(before) == []
     assert not (tmp_path / "r1").exists()
 
 
@@ -92,7 +90,7 @@ def test_latencies_below_the_floor_are_an_error_unless_clamped(tmp_path):
     ) as info:
         open_wan(tiny, run_dir=tmp_path / "r1")
     assert [(a, b) for a, b, _ in info.value.pairs] == [("h1(n0)", "h2(n1)"), ("h2(n1)", "h1(n0)")]
-    assert our_netns() == []
+    assert netns_of(run_id_of(tmp_path / "r1")) == []
     with open_wan(tiny, run_dir=tmp_path / "r2", clamp=True) as wan:
         assert wan.clamped == 2
         floor = wan.calibration.floor_rtt_ms
@@ -111,7 +109,7 @@ def test_sigterm_tears_down(three, tmp_path):
     )
     try:
         wait_for(lambda: (out / "hosts" / "h3" / "exec.out").exists(), what="the sleeps to start")
-        assert len(our_netns()) == 4
+        assert len(netns_of(run_id_of(out))) == 4
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -119,7 +117,7 @@ def test_sigterm_tears_down(three, tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130
-    assert our_netns() == []
+    assert netns_of(run_id_of(out)) == []
     assert "interrupted; torn down" in stderr.decode()
 
 
@@ -140,23 +138,25 @@ def test_a_killed_run_is_removed_by_testbed_clean(three, tmp_path):
         proc.wait()
     # the engine follows its parent (PR_SET_PDEATHSIG); the rest waits for clean
     wait_for(lambda: not alive(engine_pid), timeout_s=10, what="the engine to exit")
-    assert len(our_netns()) == 4
+    assert len(netns_of(run_id_of(out))) == 4
     assert all(alive(pid) for pid in sleepers)
-    result = subprocess.run([*CLI, "clean", "--json"], capture_output=True, text=True, check=True)
+    run_id = run_id_of(out)  # this run only: another suite's may be beside it
+    clean_it = [*CLI, "clean", "--run", run_id]
+    result = subprocess.run([*clean_it, "--json"], capture_output=True, text=True, check=True)
     report = json.loads(result.stdout)
-    assert len(report["runs"]) == 1 and len(report["netns_removed"]) == 4
+    assert report["runs"] == [run_id] and len(report["netns_removed"]) == 4
     assert set(sleepers) <= set(report["processes_killed"])
-    assert our_netns() == []
+    assert netns_of(run_id_of(out)) == []
     assert not any(alive(pid) for pid in sleepers)
-    again = subprocess.run([*CLI, "clean"], capture_output=True, text=True, check=True)
+    again = subprocess.run(clean_it, capture_output=True, text=True, check=True)
     assert "nothing to clean" in again.stdout
 
 
 def test_clean_leaves_a_live_run_alone(three, tmp_path):
     with open_wan(three, run_dir=tmp_path / "run", mininet=False) as wan:
-        report = clean()
+        report = clean(run_id=wan.plan.run_id)
         assert wan.plan.run_id in report.live_runs_skipped
-        assert len(our_netns()) == 4
+        assert len(netns_of(wan.plan.run_id)) == 4
         assert len(wan.run("h1", ["true"]).args) > 0
 
 
@@ -177,7 +177,7 @@ def test_up_opens_the_mininet_cli(three, tmp_path):
     # itself is measured in test_wan, with retries through scheduling noise.
     assert len(times) == 10 and min(times) >= 19.5 and float(np.median(times)) < 25.0, times
     assert "inet 10.0.0.3/32" in output
-    assert our_netns() == []
+    assert netns_of(run_id_of(tmp_path / "run")) == []
 
 
 def test_mininet_shells_start_on_first_use_and_are_recorded(three, tmp_path):

@@ -9,10 +9,9 @@ import numpy as np
 
 from testbed.experiments.predict import run_prediction
 from testbed.experiments.run import Report
-from testbed.net import netns_of_run
 from testbed.spec import load_any_spec
 
-from .conftest import bound_ms
+from .conftest import bound_ms, netns_of, run_id_of
 
 SPEC = {
     "kind": "predict",
@@ -84,4 +83,4 @@ def test_prediction_from_real_pings_matches_the_matrix_run(tmp_path):
     assert summary["prediction"]["gnp"]["probes_per_host"] == (4 * 6 + 6 * 5) / 10 * 2
     logs = sorted(p.stem for p in (run / "peers").glob("h*.jsonl"))
     assert len(logs) == 10
-    assert not netns_of_run()
+    assert netns_of(run_id_of(run / "wan")) == []

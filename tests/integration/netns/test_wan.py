@@ -5,14 +5,22 @@
 
 from __future__ import annotations
 
+import random
+import socket
 import statistics
+import struct
 import time
 
 import numpy as np
 import pytest
 
+from node.config import config_to_dict
+from testbed.engines.emu import NODE_COMMAND, peer_args
+from testbed.engines.peers import build_node_config, draw_point
 from testbed.errors import ControlError, InputError
-from testbed.net import open_wan
+from testbed.net import entered_netns, open_wan
+from testbed.runs import write_json
+from testbed.spec import NodeSpec
 from testbed.tools.bench import partition_effect
 
 from .conftest import assert_rtt_near, bound_ms, one_way_ms, rtts_ms, settles_near
@@ -241,3 +249,58 @@ def test_fidelity_monitor_samples_in_the_background_and_counts_lost_echoes_apart
     assert "error" not in whole
     rounds = (wan.run_dir / "fidelity.jsonl").read_text().splitlines()
     assert len(rounds) == whole["rounds"] and '"fidelity.round"' in rounds[0]
+
+
+def _udp_from(src_ip: str, dst_ip: str, port: int, payload: bytes) -> bytes:
+    """An IPv4 UDP packet with any source address (the kernel fills the IP checksum;
+    a UDP checksum of 0 is none)."""
+    udp = struct.pack("!HHHH", 40_001, port, 8 + len(payload), 0) + payload
+    header = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
+        socket.inet_aton(src_ip), socket.inet_aton(dst_ip),
+    )  # fmt: skip
+    return header + udp
+
+
+@pytest.mark.wan("planetlab", hosts=3, clamp=True)
+def test_a_host_sending_as_another_is_dropped_at_the_core_and_counted(wan):
+    h1, h2, h3 = wan.hosts[:3]
+    with entered_netns(h3.netns):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with entered_netns(h1.netns):
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    try:
+        rx.bind((h3.ip, 40_100))
+        rx.settimeout(2.0)
+        raw.sendto(_udp_from(h2.ip, h3.ip, 40_100, b"as h2"), (h3.ip, 0))
+        raw.sendto(_udp_from(h1.ip, h3.ip, 40_100, b"as h1"), (h3.ip, 0))
+        data, (source, _port) = rx.recvfrom(64)
+        assert (data, source) == (b"as h1", h1.ip)
+        rx.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            rx.recvfrom(64)
+    finally:
+        rx.close()
+        raw.close()
+    assert wan.spoofed() == 1
+    wan.close()
+    assert wan.teardown["spoofed_dropped"] == 1
+
+
+def test_control_sockets_answer_their_owner_only(wan_factory):
+    wan = wan_factory("planetlab", hosts=2, clamp=True)
+    engine = wan._record.control_path  # the delay engine's
+    assert engine.is_socket() and engine.stat().st_mode & 0o777 == 0o600
+    config = wan.run_dir / "node.json"
+    write_json(config, config_to_dict(build_node_config(NodeSpec())))
+    h1 = wan.hosts[0]
+    control = str(wan.sockets_dir / "h1.ctl")
+    point = draw_point(NodeSpec(), random.Random(1))
+    args = peer_args("h1", f"{h1.ip}:7000", config, point, 1, wan.run_dir / "h1.jsonl", control)
+    peer = wan.popen(h1, [*NODE_COMMAND, *args], label="peer")
+    assert wan.sockets_dir.stat().st_mode & 0o777 == 0o700
+    socket_path = wan.sockets_dir / "h1.ctl"
+    deadline = time.monotonic() + 20
+    while not socket_path.exists() and time.monotonic() < deadline and peer.poll() is None:
+        time.sleep(0.1)
+    assert socket_path.is_socket() and socket_path.stat().st_mode & 0o777 == 0o600
