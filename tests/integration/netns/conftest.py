@@ -35,7 +35,7 @@ def netns_of(run_id: str) -> list[str]:
     return sorted(netns_of_run(run_id).get(run_id, []))
 
 
-def _foreign_runs() -> set[str]:
+def foreign_runs() -> set[str]:
     return {r.run_id for r in list_runs() if r.owner_pid != os.getpid() and r.owner_alive()}
 
 
@@ -43,9 +43,9 @@ def appeared_since(before: set[str]) -> list[str]:
     """Run namespaces made since `before` (a list_netns()) that no other live process
     owns: what this test made. The runs are listed before and after the namespaces,
     so that one starting or ending meanwhile is known either way."""
-    foreign = _foreign_runs()
+    foreign = foreign_runs()
     now = set(list_netns())
-    foreign |= _foreign_runs()
+    foreign |= foreign_runs()
     return sorted(
         name
         for name in now - before
