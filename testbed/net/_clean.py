@@ -154,11 +154,16 @@ class RootSnapshot:
 
     @classmethod
     def take(cls) -> RootSnapshot:
+        """The veth pairs with both ends in the root namespace (a run never makes one:
+        its pairs join a host to the core; one whose other end is in some namespace
+        belongs to that namespace, and goes with it: another run's, a container's, a
+        local cluster's, none of this run's business) and the NFQUEUE rules."""
         with IPRoute() as ipr:
             veths = frozenset(
                 link.get("ifname")
                 for link in ipr.get_links()
                 if (link.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) or "") == "veth"
+                and link.get("IFLA_LINK_NETNSID") is None
             )
         return cls(veths, _count_nfqueue_rules())
 
