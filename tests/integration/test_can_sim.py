@@ -204,6 +204,26 @@ ChurnMachine.TestCase.settings = settings(
 test_churn_state_machine = ChurnMachine.TestCase
 
 
+# The rare failure, found again (search 29 of 77 random searches of 300 examples, session of
+# 2026-11-27 at e289eaf; the per-source limits play no part: it fails with them off too): a
+# peer and its neighbour crash while four joins are under way; three joiners stay `joining`
+# and half the space is left without an owner. Kept as it was found, strict: when a fix makes
+# it pass, this fails, and the mark goes (docs/can.md, Known limits).
+@pytest.mark.xfail(strict=True, reason="known: joins stuck after a crash of two neighbours")
+def test_two_neighbours_crashing_during_joins_leave_no_gap():
+    state = ChurnMachine()
+    steps = [
+        ("join", {"host": 0}), ("join", {"host": 14}), ("wait", {"seconds": 1.0}),
+        ("join", {"host": 5}), ("leave", {"pick": 0}), ("join", {"host": 1}),
+        ("join", {"host": 4}), ("wait", {"seconds": 0.5}), ("join", {"host": 2}),
+        ("join", {"host": 0}), ("join", {"host": 3}), ("wait", {"seconds": 1.0}),
+        ("crash", {"also_neighbour": True, "pick": 1}),
+    ]  # fmt: skip
+    for step, arguments in steps:
+        getattr(state, step)(**arguments)
+    state.teardown()  # settles, then checks every invariant
+
+
 @pytest.mark.parametrize("scope", ["neighbourhood", "direct"])
 def test_both_proposal_scopes_build_a_consistent_overlay(tmp_path, scope):
     short = [
