@@ -221,7 +221,7 @@ class RemotePrograms(Programs):
         self._mirrored = 0.0
 
     def call(self, machine: int, fn: Any, *args: Any) -> Any:
-        return self.cwan._get([self.cwan.agents[machine].call.remote(fn, *args)])[0]
+        return self.cwan.on_machines(fn, {machine: args})[machine]
 
     def _launch(
         self,
@@ -262,13 +262,11 @@ class RemotePrograms(Programs):
         for process in running:
             if process.returncode is None:
                 pending.setdefault(process.machine, {})[process.key] = process
-        machines = sorted(pending)
-        agents = self.cwan.agents
-        answers = self.cwan._get(
-            [agents[k].call.remote(on_status, list(pending[k])) for k in machines]
+        answers = self.cwan.on_machines(
+            on_status, {k: (list(keys),) for k, keys in pending.items()}
         )
         ended = False
-        for k, answer in zip(machines, answers, strict=True):
+        for k, answer in answers.items():
             for key, code in answer.items():
                 pending[k][key].returncode = code
                 ended = True
@@ -283,14 +281,8 @@ class RemotePrograms(Programs):
                 for p in list(self.processes)
                 if isinstance(p, RemoteProcess) and p.returncode is not None
             ]
-            agents = self.cwan.agents
-            answers = self.cwan._get(
-                [
-                    a.call.remote(on_read_outputs, dict(self._offsets[k]))
-                    for k, a in enumerate(agents)
-                ]
-            )
-            for k, answer in enumerate(answers):
+            offsets = {k: (dict(mine),) for k, mine in enumerate(self._offsets)}
+            for k, answer in self.cwan.on_machines(on_read_outputs, offsets).items():
                 folder = self.cwan.machine_dir(k) / "hosts"
                 for name, data in answer.items():
                     target = folder / name
@@ -326,15 +318,10 @@ class Files:
         """Copy what changed on the machines here; with spread, every machine's files
         to the others too. Returns how many files were copied here."""
         with self._lock:
-            agents = self.cwan.agents
-            answers = self.cwan._get(
-                [
-                    a.call.remote(on_changed_files, dict(self._known[k]))
-                    for k, a in enumerate(agents)
-                ]
-            )
+            known = {k: (dict(mine),) for k, mine in enumerate(self._known)}
+            answers = self.cwan.on_machines(on_changed_files, known)
             copied = 0
-            for k, (changed, stats) in enumerate(answers):
+            for k, (changed, stats) in answers.items():
                 self._known[k] = stats
                 for name, data in changed.items():
                     origin = self._origin.get(name)
@@ -349,25 +336,23 @@ class Files:
                     write_files(self.run_dir, {name: data})
                     self._origin[name] = (k, stats[name])
                     copied += 1
-            if spread and len(agents) > 1:
+            if spread and len(self._known) > 1:
                 self._spread()
             if copied:
                 self._log.write("files.gathered", files=copied, spread=spread)
             return copied
 
     def _spread(self) -> None:
-        refs, receivers = [], []
-        for k, agent in enumerate(self.cwan.agents):
+        given: dict[int, tuple[dict[str, bytes]]] = {}
+        for k in range(len(self._given)):
             theirs = [
                 name
                 for name, (origin, version) in self._origin.items()
                 if origin != k and self._given[k].get(name) != version
             ]
             if theirs:
-                files = {name: (self.run_dir / name).read_bytes() for name in theirs}
-                refs.append(agent.call.remote(on_put_files, files))
-                receivers.append((k, theirs))
-        for (k, names), stats in zip(receivers, self.cwan._get(refs), strict=True):
-            for name in names:
+                given[k] = ({name: (self.run_dir / name).read_bytes() for name in theirs},)
+        for k, stats in self.cwan.on_machines(on_put_files, given).items():
+            for name in given[k][0]:
                 self._given[k][name] = self._origin[name][1]
                 self._known[k][name] = stats[name]

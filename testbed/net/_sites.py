@@ -500,6 +500,12 @@ class ClusterWan(Wan):
         """fn(agent, *args, **kwargs) on every machine at once; the answers in machine order."""
         return self._get([a.call.remote(fn, *args, **kwargs) for a in self.agents])
 
+    def on_machines(self, fn: Any, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+        """fn(agent, *args[k]) on each machine k of `args` at once; the answers by machine."""
+        machines = sorted(args)
+        refs = [self.agents[k].call.remote(fn, *args[k]) for k in machines]
+        return dict(zip(machines, self._get(refs), strict=True))
+
     @property
     def engine_pid(self) -> int | None:
         return None  # one engine per machine: their figures come from the machines
@@ -541,8 +547,7 @@ class ClusterWan(Wan):
         for k in hosts:
             by_machine.setdefault(self.site_of[k], []).append(self.hosts[k].name)
         fields = dataclasses.asdict(link)
-        self._get([self.agents[m].call.remote(on_set_access, names, fields)
-                   for m, names in sorted(by_machine.items())])  # fmt: skip
+        self.on_machines(on_set_access, {m: (names, fields) for m, names in by_machine.items()})
 
     def spoofed(self) -> int:
         """Wan.spoofed, over every machine's core."""

@@ -74,18 +74,21 @@ def test_a_pair_shorter_than_its_machines_latency_is_refused_naming_it():
 
 
 class _Agent:
-    """A machine's agent, called in this process (SiteAgent.call's contract)."""
+    """A machine's agent: its {run} folder."""
 
     def __init__(self, files):
         self.files = files
-        self.call = SimpleNamespace(remote=lambda fn, *args: fn(self, *args))
 
 
 def _machines(tmp_path, count):
     agents = [_Agent(tmp_path / f"m{k + 1}") for k in range(count)]
     for agent in agents:
         agent.files.mkdir()
-    return SimpleNamespace(agents=agents, _get=list), agents
+
+    def on_machines(fn, args):  # ClusterWan.on_machines, in this process
+        return {k: fn(agents[k], *args[k]) for k in sorted(args)}
+
+    return SimpleNamespace(agents=agents, on_machines=on_machines), agents
 
 
 def _log_kinds(path):
