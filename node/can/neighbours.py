@@ -432,9 +432,29 @@ class NeighbourTable:
         for ident in sorted(self.direct):
             known = self.known[ident]
             if ident not in self.suspects and now - known.direct_at > config.suspect_after_s:
-                nonce = self.local.rng.getrandbits(32)
-                self.suspects[ident] = (nonce, now + config.probe_timeout_s)
-                self.local.send((known.info.host, known.info.port), Probe(nonce))
+                self._probe(known.info, now)
+
+    def probe_hearsay(self, info: PeerInfo, now: float) -> bool:
+        """Probe a peer we know of only second-hand (or knew: a dead neighbour's last
+        neighbour list), unless it spoke to us lately or is being probed. Its answer
+        makes it first-hand news; its silence buries it (bury_unanswered)."""
+        if info.id in self.suspects or info.id in self.tombstones or info.id == self.local.id:
+            return False
+        known = self.known.get(info.id)
+        if known is None:
+            self.learn(info, now)
+            known = self.known.get(info.id)
+            if known is None:
+                return False  # invalid news
+        elif now - known.spoke_at <= self.local.config.suspect_after_s:
+            return False
+        self._probe(known.info, now)
+        return True
+
+    def _probe(self, info: PeerInfo, now: float) -> None:
+        nonce = self.local.rng.getrandbits(32)
+        self.suspects[info.id] = (nonce, now + self.local.config.probe_timeout_s)
+        self.local.send((info.host, info.port), Probe(nonce))
 
     def bury_unanswered(self, now: float) -> bool:
         """Declare dead the suspects whose probe went unanswered. Returns True if any expired."""

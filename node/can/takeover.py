@@ -229,13 +229,10 @@ class Takeover:
         local = self.local
         entry = local.path[k]
         d = entry.dim
-        if (local.lo[d] if entry.upper else local.hi[d]) != entry.pos:
-            return None  # shadowed by a later split: not a face of ours
-        blo, bhi = (list(x) for x in local.space.box_of_path(local.path[:k]))
-        if entry.upper:
-            bhi[d] = entry.pos  # the other subtree is below
-        else:
-            blo[d] = entry.pos
+        box = self._other_subtree(k)
+        if box is None:
+            return None
+        blo, bhi = box
         if not any(overlap(lo, hi, blo, bhi) for lo, hi, _ in dead):
             return None
         if any(overlap(i.lo, i.hi, blo, bhi) and contained(i.lo, i.hi, blo, bhi) for i in live):
@@ -252,6 +249,20 @@ class Takeover:
             return None  # part of it is unknown to us: wait for news
         if not self._checked(entry.sid, (blo, bhi), dead, live, now):
             return None
+        return blo, bhi
+
+    def _other_subtree(self, k: int) -> tuple[list[float], list[float]] | None:
+        """The box of the other subtree of our k-th split, if that split is a face of ours."""
+        local = self.local
+        entry = local.path[k]
+        d = entry.dim
+        if (local.lo[d] if entry.upper else local.hi[d]) != entry.pos:
+            return None  # shadowed by a later split: not a face of ours
+        blo, bhi = (list(x) for x in local.space.box_of_path(local.path[:k]))
+        if entry.upper:
+            bhi[d] = entry.pos  # the other subtree is below
+        else:
+            blo[d] = entry.pos
         return blo, bhi
 
     def _take(
@@ -461,6 +472,43 @@ class Takeover:
         points = self._dead_face_points(limit=2) + self._uncovered_points(limit=3)
         for point in points[:3]:
             self.route_lookup(point, now)
+        if self.dead_regions_nearby():
+            self._probe_beyond(now)
+
+    def _probe_beyond(self, now: float) -> None:
+        """Probe the peers that hold up the absorption of a dead region next to us and
+        that we know only by hearsay.
+
+        A dead region nobody absorbs is often held up by a peer we heard of only from
+        the dead (their last summaries): if it lives in the other subtree of the split
+        between us and the region, it bars our takeover, rightly (that subtree repairs
+        itself); if it died too, nobody who borders it first-hand may be left to say
+        so, and lookups into the region have nobody to reach. This is the expanding
+        ring search of the CAN paper (Ratnasamy et al. 2001, §3.3) made exact: a probe
+        settles it (an answer is first-hand news, silence a burial). Asked: the peers
+        inside such a subtree that did not speak to us lately, known to us or in the
+        last neighbour lists of the dead zones next to us; at most MAX_CHECK_LOOKUPS
+        a tick."""
+        local, table = self.local, self.table
+        dead = self.dead_boxes()
+        hearsay: dict[int, PeerInfo] = {}
+        for stone, _ in table.tombstones.values():
+            if stone.lo and abutment(local.lo, local.hi, stone.lo, stone.hi) is not None:
+                for info in table.their_neighbors.get(stone.id, ()):
+                    if info.id not in table.known:
+                        hearsay.setdefault(info.id, info)
+        probed = 0
+        for k in range(len(local.path) - 1, -1, -1):
+            box = self._other_subtree(k)
+            if box is None or not any(overlap(lo, hi, box[0], box[1]) for lo, hi, _ in dead):
+                continue
+            for ident in sorted(hearsay):
+                info = hearsay[ident]
+                inside = info.lo and contained(info.lo, info.hi, box[0], box[1])
+                if inside and table.probe_hearsay(info, now):
+                    probed += 1
+                    if probed >= MAX_CHECK_LOOKUPS:
+                        return
 
     def _dead_face_points(self, limit: int) -> list[tuple[float, ...]]:
         """Points just across our faces inside dead regions that border us."""
