@@ -196,6 +196,9 @@ class ChurnSpec(msgspec.Struct, forbid_unknown_fields=True):
     trace: str | None = None  # ... or an on/off availability trace, line k = host k
     trace_down: Literal["leave", "crash"] = "leave"  # what a trace's "down" does
     settle_s: float = 30.0  # this long without events: a quiet period, the invariants checked
+    # A check waits up to this long past its planned time for leaves still in progress
+    # (and for settle_s of quiet after them); the rest of the script moves by the wait.
+    settle_wait_max_s: float = 120.0
 
 
 class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -354,8 +357,7 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail("churn", "give either phases or a churn script/trace, not both")
         if (churn.script is None) == (churn.trace is None) and spec.campaign is None:
             fail("churn", 'give exactly one of script = "x.churn" or trace = "x.trace"')
-        if not (math.isfinite(churn.settle_s) and churn.settle_s > 0):
-            fail("churn.settle_s", f"must be a positive number of seconds, not {churn.settle_s}")
+        _check_churn_times(churn, fail)
     if spec.campaign is not None:
         campaign = spec.campaign
         if spec.phases:
@@ -407,6 +409,14 @@ def _check(spec: ExperimentSpec, source: str) -> None:
             fail(where, "over_s, settle_s and burst must be >= 0")
 
 
+def _check_churn_times(churn: ChurnSpec, fail: Callable[[str, str], None]) -> None:
+    if not (math.isfinite(churn.settle_s) and churn.settle_s > 0):
+        fail("churn.settle_s", f"must be a positive number of seconds, not {churn.settle_s}")
+    wait = churn.settle_wait_max_s
+    if not (math.isfinite(wait) and wait >= 0):
+        fail("churn.settle_wait_max_s", f"must be a number of seconds >= 0, not {wait}")
+
+
 def _check_network_cluster(address: str, fail: Callable[[str, str], None]) -> None:
     if address == "local" or (why := cluster_address_problem(address)):
         fail("cluster", why if address != "local" else 'a running cluster: "auto" '
@@ -425,8 +435,7 @@ def _check_program(spec: ProgramSpec, source: str) -> None:
     churn = spec.churn
     if (churn.script is None) == (churn.trace is None) and spec.campaign is None:
         fail("churn", 'give exactly one of script = "x.churn" or trace = "x.trace"')
-    if not (math.isfinite(churn.settle_s) and churn.settle_s > 0):
-        fail("churn.settle_s", f"must be a positive number of seconds, not {churn.settle_s}")
+    _check_churn_times(churn, fail)
     for field in ("check_timeout_s", "leave_grace_s"):
         value = getattr(spec, field)
         if not (math.isfinite(value) and value > 0):

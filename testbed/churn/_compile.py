@@ -116,6 +116,44 @@ class Schedule:
             out["duplicate_rate"] = event.value
         return out
 
+    def room_warnings(
+        self, settle_s: float, leave_s: float = 0.0, reserve_s: float = 1.0
+    ) -> list[str]:
+        """Where the script leaves the system too little room, said before a run: a
+        quiet period after leaves shorter than settle_s plus `leave_s` (how long a
+        leave may take), which a strict check then waits out, moving the rest of the
+        script; a long stretch of events with no quiet period, where nothing is
+        checked on its own."""
+        out: list[str] = []
+        events = [e for e in self.events if e.verb != "stop"]
+        times = sorted({e.t for e in events})
+        stop = min((e.t for e in self.events if e.verb == "stop"), default=None)
+        leaves_since = None  # the first leave since the last quiet period
+        stretch_from = times[0] if times else 0.0
+        for k, t in enumerate(times):
+            here = [e for e in events if e.t == t]
+            leave = next((e for e in here if e.verb == "leave"), None)
+            if leave is not None and leaves_since is None:
+                leaves_since = leave
+            following = times[k + 1] if k + 1 < len(times) else stop
+            if following is None or following - t < settle_s:
+                continue  # no quiet period here
+            if leaves_since is not None and following - reserve_s - t < settle_s + leave_s:
+                out.append(
+                    f"line {leaves_since.line}: leaves at t={leaves_since.t:g} s, then "
+                    f"{following - t:g} s until the next event: less than settle_s + a leave "
+                    f"({settle_s:g} + {leave_s:g} s); the check waits for the leavers and "
+                    "moves the rest of the script"
+                )
+            leaves_since = None
+            if t - stretch_from > 10 * settle_s:
+                out.append(
+                    f"no quiet period from t={stretch_from:g} s to t={t:g} s: the events "
+                    "in between are checked only together, after it"
+                )
+            stretch_from = following
+        return out
+
     def quiet_periods(self, settle_s: float, reserve_s: float = 1.0) -> list[float]:
         """When the system should be quiet: settle_s after each event that is
         followed by at least that long without events (`stop` counts as one);

@@ -15,10 +15,16 @@
 #   leave is a protocol that may retry for a while (and end abruptly), so a
 #   quiet period starts when the last event is applied *and* every peer asked
 #   to leave has gone. The check comes settle_s after that, or `reserve_s`
-#   before the next event if that is sooner. A check that a departure pushed
-#   into less quiet than the script left room for (min(settle_s, the gap less
-#   reserve_s)) says it is unsettled, and the campaign counts its violations
-#   apart from those found after a full quiet period.
+#   before the next event if that is sooner (the room the script leaves).
+#   Checks are strict: when departures leave less quiet than that before the
+#   check's planned time, the check waits, up to `wait_max_s` beyond it, and
+#   the rest of the script is shifted by what the wait ate into its gap
+#   (`settle_wait_s` in the check's record, the total in the summary's
+#   `shifted_s`). So every check sees the quiet the script planned, and every
+#   violation counts; only a check whose wait ran out (a departure still
+#   running after wait_max_s) says it is unsettled.
+#   `Schedule.room_warnings` tells before a run which quiet periods the
+#   script itself left too short.
 
 from __future__ import annotations
 
@@ -61,13 +67,15 @@ class ChurnEngine(Protocol):
 
 @dataclass(frozen=True)
 class Quiet:
-    """A check point: when, how long the system had been quiet, and whether that
-    was the full settle_s (else the next event came first)."""
+    """A check point: when, how long the system had been quiet, whether that was the
+    full settle_s (else a departure outlasted the wait), and how long the check
+    waited beyond its planned time."""
 
     t: float
     quiet_s: float
     settled: bool
     departing: tuple[int, ...] = ()  # still leaving when the check had to happen
+    settle_wait_s: float = 0.0
 
 
 class Executor:
@@ -108,8 +116,16 @@ class Executor:
         self.lateness_ms: list[float] = []
         self.applied = 0
         self.recent: list[dict[str, Any]] = []  # applied since the last clean check
+        self.shift_s = 0.0  # what strict checks delayed the rest of the script by
+        self.waits_s: list[float] = []
 
-    def run(self, settle_s: float, check: Callable[[Quiet], None], reserve_s: float = 1.0) -> None:
+    def run(
+        self,
+        settle_s: float,
+        check: Callable[[Quiet], None],
+        reserve_s: float = 1.0,
+        wait_max_s: float = 120.0,
+    ) -> None:
         timeline: list[tuple[float, int, int, Event | None]] = []
         stop = next((e.t for e in self.schedule.events if e.verb == "stop"), None)
         for k, t in enumerate(self.schedule.quiet_periods(settle_s, reserve_s)):
@@ -122,10 +138,14 @@ class Executor:
         for n, (t, _, _, event) in enumerate(timeline):
             if event is None:
                 following = next((e.t for _, _, _, e in timeline[n + 1 :] if e is not None), None)
-                latest = math.inf if following is None else following - reserve_s
-                check(self._quiet(last_event_t, settle_s, latest))
+                latest = math.inf if following is None else following + self.shift_s - reserve_s
+                at = self._quiet(last_event_t, settle_s, latest, wait_max_s)
+                if at.t > latest:  # the wait ate into the gap: what follows moves
+                    self.shift_s += at.t - latest
+                self.waits_s.append(at.settle_wait_s)
+                check(at)
                 continue
-            self.engine.advance(t)
+            self.engine.advance(t + self.shift_s)
             if event.verb == "stop":
                 if self._log is not None:  # the end, not an action: not counted
                     self._log.write(
@@ -135,26 +155,32 @@ class Executor:
             self._apply(event)
             last_event_t = self.engine.now
 
-    def _quiet(self, last_event_t: float, settle_s: float, latest: float) -> Quiet:
+    def _quiet(
+        self, last_event_t: float, settle_s: float, latest: float, wait_max_s: float
+    ) -> Quiet:
         """From the last event on, wait until the peers asked to leave have gone,
-        then settle_s more (not past `latest`)."""
+        then as long a quiet as the script leaves room for (settle_s, or less when
+        the next event is due sooner); past the planned time by wait_max_s at most."""
+        planned = min(last_event_t + settle_s, latest)
+        room_s = planned - last_event_t  # what the script leaves room for
+        bound = planned + wait_max_s
         since = last_event_t
         departing = set(self.engine.departing())
-        while departing and self.engine.now < latest:
-            self.engine.advance(min(self.engine.now + self._departure_poll_s, latest))
+        while departing and self.engine.now < bound:
+            self.engine.advance(min(self.engine.now + self._departure_poll_s, bound))
             still = set(self.engine.departing())
             if still != departing:
                 since = max(since, self.engine.now)  # one went (to within the poll)
             departing = still
         if not departing:
-            self.engine.advance(min(since + settle_s, latest))
+            self.engine.advance(max(self.engine.now, min(since + room_s, bound)))
         quiet_s = self.engine.now - since
-        planned_s = min(settle_s, latest - last_event_t)  # what the script leaves room for
         return Quiet(
             round(self.engine.now, 6),
             round(quiet_s, 3),
-            not departing and quiet_s >= planned_s - 1e-6,
+            not departing and quiet_s >= room_s - 1e-6,
             tuple(sorted(departing)),
+            round(max(0.0, self.engine.now - planned), 3),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -164,6 +190,8 @@ class Executor:
             "events_scheduled": scheduled,
             "events_applied": self.applied,
             "lateness_ms": quantiles(self.lateness_ms),
+            "shifted_s": round(self.shift_s, 3),
+            "settle_wait_s": quantiles(self.waits_s),
         }
 
     def involved(self, peers: set[str], limit: int = 20) -> list[dict[str, Any]]:
@@ -177,13 +205,14 @@ class Executor:
         return [self.index[name] for name in names]
 
     def _record(self, event: Event, hosts: Sequence[str], **extra: Any) -> None:
-        late_ms = max(0.0, (self.engine.now - event.t) * 1e3)
+        late_ms = max(0.0, (self.engine.now - event.t - self.shift_s) * 1e3)
         self.lateness_ms.append(late_ms)
         self.applied += 1
         record = {
             "due_t": event.t,
             "applied_t": round(self.engine.now, 6),
             "lateness_ms": round(late_ms, 3),
+            **({"shifted_s": round(self.shift_s, 3)} if self.shift_s else {}),
             "hosts": list(hosts),
             "line": event.line,
             **extra,

@@ -134,6 +134,7 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
         )
         schedule = program_schedule(program, resolve_topology(program.topology, program.seed))
         spec_seed = program.seed
+        warnings = schedule.room_warnings(program.churn.settle_s, program.leave_grace_s)
     else:
         spec, _ = load_spec(spec_path, [], defaults=None if spec_path else defaults)
         spec = msgspec.structs.replace(
@@ -147,6 +148,10 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
         compiled = churn_schedule(spec, topology, [f"h{k + 1}" for k in range(topology.n)])
         assert compiled is not None
         schedule, spec_seed = compiled, spec.seed
+        assert spec.churn is not None
+        warnings = schedule.room_warnings(spec.churn.settle_s, spec.node.propose_timeout_s)
+    for warning in warnings:  # on stderr, also with --json
+        err_console.print(f"[yellow]warning:[/] {script}: {warning}")
     if as_json:
         print(schedule.to_jsonl(), end="")
         return

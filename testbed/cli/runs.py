@@ -72,8 +72,8 @@ def campaign(
                 return
             err_console.print(
                 f"  {row['run']}: {row['status']}, {row['events_applied']} events, "
-                f"{row['violations']} violation(s) after quiet periods, "
-                f"{row['violations_unsettled']} in unsettled checks, {row['wall_s']:.0f} s"
+                f"{row['violations']} violation(s), {row['checks_unsettled']} unsettled "
+                f"check(s), {row['leaves_abrupt']} abrupt leave(s), {row['wall_s']:.0f} s"
             )
 
         folder, result = run_campaign(spec, out=out, on_run=on_run, jobs=jobs, ray=ray)
@@ -86,7 +86,10 @@ def campaign(
         return "-" if value is None else f"{value:g}{unit}"
 
     table = Table(title=f"campaign {spec.name} ({spec.engine})")
-    columns = ("run", "status", "events", "violations", "unsettled", "repair p50/p99 s")
+    columns = (
+        "run", "status", "events", "violations", "unsettled checks", "abrupt leaves",
+        "settle wait max s", "repair p50/p99 s",
+    )  # fmt: skip
     for col in (*columns, "late p50/p99 ms"):
         table.add_column(col, justify="left" if col in ("run", "status") else "right")
     for row in result["rows"]:
@@ -95,7 +98,9 @@ def campaign(
             row["status"],
             str(row["events_applied"]),
             str(row["violations"]),
-            f"{row['violations_unsettled']} ({row['checks_unsettled']}/{row['checks']} checks)",
+            f"{row['checks_unsettled']}/{row['checks']}",
+            str(row["leaves_abrupt"]),
+            pq(row["settle_wait_s"], "max"),
             f"{pq(row['repair_s'], 'p50')} / {pq(row['repair_s'], 'p99')}",
             f"{pq(row['lateness_ms'], 'p50')} / {pq(row['lateness_ms'], 'p99')}",
         )
@@ -105,7 +110,9 @@ def campaign(
         result["status"],
         str(result["events_applied"]),
         str(result["violations"]),
-        str(result["violations_unsettled"]),
+        str(result["checks_unsettled"]),
+        str(result["leaves_abrupt"]),
+        pq(result["settle_wait_s"], "max"),
         f"{pq(result['repair_s'], 'p50')} / {pq(result['repair_s'], 'p99')}",
         f"{pq(result['lateness_ms'], 'p50')} / {pq(result['lateness_ms'], 'p99')}",
     )

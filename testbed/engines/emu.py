@@ -420,6 +420,7 @@ class EmuEngine(WanVerbs):
                 "wan": self.wan.teardown,
             },
             "repair_s": self._repair_times(),
+            "leaves": self._leaves(),
         }
 
     def close(self) -> None:
@@ -529,6 +530,15 @@ class EmuEngine(WanVerbs):
                     if record["wall"] <= wall:
                         found = record["id"]
         return found, wall
+
+    def _leaves(self) -> dict[str, int]:
+        """Leaves that ended in a MERGE (graceful) or after `leave_attempts` (abrupt)."""
+        out = {"graceful": 0, "abrupt": 0}
+        for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if '"kind":"left"' in line:
+                    out["graceful" if json.loads(line)["graceful"] else "abrupt"] += 1
+        return out
 
     def _repair_times(self) -> dict[str, Any]:
         self._sync_logs()

@@ -35,6 +35,7 @@ class SimEngine:
         self._crashed_at: dict[int, float] = {}
         self._id_host: dict[int, int] = {}  # every overlay id a peer has had -> its host
         self._repaired_at: dict[int, float] = {}
+        self._leaves = {"graceful": 0, "abrupt": 0}
         self.graveyard: dict[
             int, tuple[float, Any]
         ] = {}  # host -> (time, overlay) of its last crash, for post-mortems
@@ -68,6 +69,8 @@ class SimEngine:
             for dead in record["dead"]:
                 if dead in self._crashed_at and dead not in self._repaired_at:
                     self._repaired_at[dead] = record["t"]
+        elif kind == "left":
+            self._leaves["graceful" if record["graceful"] else "abrupt"] += 1
 
     def start(self, host: int, point: tuple[float, ...]) -> None:
         if host in self.sim.peers:
@@ -219,6 +222,7 @@ class SimEngine:
                 "unrepaired": unrepaired,
                 "values": [round(r, 3) for r in repair],
             },
+            "leaves": dict(self._leaves),
         }
 
 

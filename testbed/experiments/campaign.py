@@ -8,9 +8,11 @@
 # campaign still reports the runs it finished; campaign.png plots the CDFs of
 # the repair times and of the actions' lateness over all runs.
 #
-# `violations` counts what checks found after a full quiet period; a check
-# that departures pushed into less quiet (see testbed/churn/_execute.py) counts
-# under `violations_unsettled`. Both are listed with their peers and events.
+# `violations` counts what every check found: checks are strict (a check waits
+# for leaves in progress and a full quiet period, testbed/churn/_execute.py);
+# `checks_unsettled` are those whose wait ran out, `settle_wait_s` what the
+# waits took, `leaves_abrupt` the leaves that gave up their MERGE. Violating
+# checks are listed with their peers and events.
 
 from __future__ import annotations
 
@@ -122,6 +124,7 @@ class _Campaign:
         self.rows: list[dict[str, Any]] = []
         self.repair: list[float] = []
         self.lateness: list[float] = []
+        self.waits: list[float] = []  # each check's settle_wait_s
         self.violating: list[dict[str, Any]] = []
         self.totals = {"crashes": 0, "unrepaired": 0}
         self.wall0 = time.monotonic()
@@ -137,7 +140,9 @@ class _Campaign:
             "runs_planned": len(self.runs),
             "events_applied": sum(r["events_applied"] for r in rows),
             "violations": sum(r["violations"] for r in rows),
-            "violations_unsettled": sum(r["violations_unsettled"] for r in rows),
+            "checks_unsettled": sum(r["checks_unsettled"] for r in rows),
+            "leaves_abrupt": sum(r["leaves_abrupt"] for r in rows),
+            "settle_wait_s": quantiles(self.waits),
             "repair_s": {**quantiles(self.repair), **self.totals},
             "lateness_ms": quantiles(self.lateness),
             "wall_s": round(time.monotonic() - self.wall0, 1),
@@ -150,6 +155,7 @@ class _Campaign:
 
     def _finished(self, k: int, script: str, seed: int, run_dir: Path) -> None:
         row = _row(run_dir, script, seed, self.repair, self.lateness, self.violating, self.totals)
+        self.waits.extend(row.pop("waits"))
         self.rows.append(row)
         self.rows.sort(key=lambda r: self.order[(r["script"], r["seed"])])
         write_json(self.folder / "campaign.json", self.result("running"))
@@ -267,10 +273,12 @@ def _row(
         "seed": seed,
         "status": summary["status"],
         "events_applied": churn.get("events_applied", 0),
-        "violations": sum(c["violations"] for c in checks if c.get("settled", True)),
-        "violations_unsettled": sum(c["violations"] for c in checks if not c.get("settled", True)),
+        "violations": sum(c["violations"] for c in checks),
         "checks": len(checks),
         "checks_unsettled": sum(1 for c in checks if not c.get("settled", True)),
+        "waits": (waits := [c.get("settle_wait_s", 0.0) for c in checks]),
+        "settle_wait_s": quantiles(waits),
+        "leaves_abrupt": summary.get("leaves", {}).get("abrupt", 0),
         "repair_s": {k: run_repair.get(k) for k in ("p50", "p99", "crashes", "unrepaired")},
         "lateness_ms": quantiles(late),
         "wall_s": summary["wall_s"],

@@ -214,6 +214,10 @@ class _OverlayRun:
     def _run_churn(self, schedule: Schedule, frames: dict[int, np.ndarray]) -> None:
         """Execute a churn schedule, checking after every quiet period."""
         (self.run.dir / "schedule.jsonl").write_text(schedule.to_jsonl())
+        churn = self.spec.churn
+        assert churn is not None
+        for warning in schedule.room_warnings(churn.settle_s, self.spec.node.propose_timeout_s):
+            self.report.say(f"warning: {schedule.source}: {warning}")
         applied = self.run.log("applied.jsonl")
         offers = self.offers
         executor = self.executor = Executor(
@@ -230,7 +234,7 @@ class _OverlayRun:
         )
         self.expected = executor.expected
         try:
-            executor.run(self.spec.churn.settle_s, self._quiet)  # type: ignore[union-attr]
+            executor.run(churn.settle_s, self._quiet, wait_max_s=churn.settle_wait_max_s)
         finally:
             applied.close()
             self.churn_summary = executor.summary()
@@ -288,6 +292,7 @@ class _OverlayRun:
             "quiet_s": at.quiet_s,
             "settled": at.settled,
             "departing": [self.names[h] for h in at.departing],
+            "settle_wait_s": at.settle_wait_s,
         }
         label = f"quiet@{at.t:.1f}s"
         if not self._check(label, len(self.checks), executor.frozen, extra)["violations"]:

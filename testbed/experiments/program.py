@@ -51,6 +51,8 @@ def run_program(
     schedule = program_schedule(spec, topology)
     with Run(spec.name, data, out) as run:
         wall0 = time.monotonic()
+        for warning in schedule.room_warnings(spec.churn.settle_s, spec.leave_grace_s):
+            report.say(f"warning: {schedule.source}: {warning}")
         summary: dict[str, Any] = {
             "name": spec.name,
             "kind": "program",
@@ -91,6 +93,7 @@ def run_program(
                 command=spec.command,
                 seed=spec.seed,
                 settle_s=spec.churn.settle_s,
+                settle_wait_max_s=spec.churn.settle_wait_max_s,
                 check=spec.check,
                 check_on=spec.check_on,
                 check_timeout_s=spec.check_timeout_s,
@@ -135,6 +138,7 @@ def _figures(run_dir: Path, churn: dict[str, Any]) -> dict[str, Any]:
             "by_kind": {} if check["ok"] else {"check failed": 1},
             "settled": check.get("settled", True),
             "quiet_s": check.get("quiet_s"),
+            "settle_wait_s": check.get("settle_wait_s", 0.0),
             "departing": [],
             "first": [] if check["ok"] else [{"peers": [], "check": _why(check)}],
             "events": [],
@@ -147,10 +151,10 @@ def _figures(run_dir: Path, churn: dict[str, Any]) -> dict[str, Any]:
         "checks": {"count": len(checks), "failed": failed},
         "invariants": {
             "violations": failed,
-            "violations_unsettled": 0,
             "by_check": by_check,
         },
         "members_final": len(churn.get("members_final", [])),
+        "leaves": {"abrupt": churn.get("leaves_abrupt", 0)},
     }
 
 

@@ -385,6 +385,7 @@ def apply_churn(
     command: str | Sequence[str],
     seed: int = 1,
     settle_s: float = 10.0,
+    settle_wait_max_s: float = 120.0,
     check: Check = None,
     check_on: Literal["root", "members"] = "root",
     check_timeout_s: float = 60.0,
@@ -403,6 +404,9 @@ def apply_churn(
     command: what a join starts on a host, with the placeholders of Wan.popen
         ({ip}, {peers}, {name}, ...).
     settle_s: this long without events is a quiet period: then `check` runs.
+    settle_wait_max_s: how long past its planned time a check may wait for
+        leaves in progress and settle_s of quiet after them (the rest of the
+        script moves by the wait; docs/churn.md, strict checks).
     check: a command (its exit status is the verdict; it may use {members},
         {member_ips}, {t} and {run}, and on hosts the host placeholders too) or
         a callable taking {t, members, member_ips, quiet_s, settled} and
@@ -423,6 +427,10 @@ def apply_churn(
     before anything is applied.
     """
     _check_options(settle_s, check_timeout_s, leave_grace_s, check_on, label)
+    if not (isinstance(settle_wait_max_s, int | float) and 0 <= settle_wait_max_s < math.inf):
+        raise InputError(
+            f"settle_wait_max_s: expected a number of seconds >= 0, not {settle_wait_max_s!r}"
+        )
     if not (isinstance(command, str) and command.strip()) and not (
         not isinstance(command, str) and list(command)
     ):
@@ -443,6 +451,7 @@ def apply_churn(
             "command": command if isinstance(command, str) else list(command),
             "seed": seed,
             "settle_s": settle_s,
+            "settle_wait_max_s": settle_wait_max_s,
             "check": check if isinstance(check, str) else (None if check is None else repr(check)),
             "check_on": check_on,
             "leave": leave if isinstance(leave, str) else list(leave),
@@ -454,7 +463,8 @@ def apply_churn(
 
     def run(handle: ChurnRun) -> dict[str, Any]:
         return _run(
-            wan, handle, command=command, settle_s=settle_s, check=check,
+            wan, handle, command=command, settle_s=settle_s,
+            settle_wait_max_s=settle_wait_max_s, check=check,
             check_on=check_on, check_timeout_s=check_timeout_s, leave=leave,
             leave_grace_s=leave_grace_s, label=label, env=env, on_event=on_event,
             fidelity=fidelity,
@@ -556,6 +566,7 @@ def _run(
     *,
     command: str | Sequence[str],
     settle_s: float,
+    settle_wait_max_s: float,
     check: Check,
     check_on: str,
     check_timeout_s: float,
@@ -602,7 +613,7 @@ def _run(
             on_event({"verb": "check", **record})
 
     try:
-        executor.run(settle_s, on_quiet)
+        executor.run(settle_s, on_quiet, wait_max_s=settle_wait_max_s)
     except _Stopped:
         status = "stopped"
     except BaseException:
@@ -643,6 +654,7 @@ def _run_check(
         "t": at.t,
         "quiet_s": at.quiet_s,
         "settled": at.settled,
+        "settle_wait_s": at.settle_wait_s,
         "members": members,
     }
     if check is None:

@@ -117,27 +117,50 @@ def test_the_executor_drives_every_verb_in_order():
 
 def test_a_quiet_period_starts_when_the_leavers_have_gone():
     # Leaves that take 3 s: the check waits for them, then settles 5 s.
-    _, _, _, checks = execute(
+    executor, engine, _, checks = execute(
         "at 0s join h1,h2,h3\nat 10s leave h2\nat 30s leave h3\nat 37s crash h1", leaving_s=3.0
     )
-    assert [(c.t, c.quiet_s, c.settled) for c in checks] == [
-        (5, 5, True),
-        (18, 5, True),
-        (36, 3, False),
-        (42, 5, True),
+    # ...the second leave leaves 6 s before the next event: h3 goes at 33, so the check
+    # waits until 38 for 5 s of quiet (2 s past the planned 36), and the crash moves to 39.
+    assert [(c.t, c.quiet_s, c.settled, c.settle_wait_s) for c in checks] == [
+        (5, 5, True, 0),
+        (18, 5, True, 3),
+        (38, 5, True, 3),
+        (44, 5, True, 0),
     ]
-    # ...the second leave leaves only 6 s before the next event: the check is
-    # 1 s before it, 3 s after h3 went (less than the 6 s the script left room for).
-    assert checks[2].departing == ()
+    assert executor.summary()["shifted_s"] == 2
+    assert executor.summary()["lateness_ms"]["max"] == 0.0  # late against the shifted schedule
     _, _, _, slow = execute("at 0s join h1,h2\nat 10s leave h2\nat 14s crash h1", leaving_s=9.0)
     # No room between the leave and the crash; after the crash, the check waits for h2 (gone at 19).
     assert [(c.t, c.settled, c.departing) for c in slow] == [(5, True, ()), (24, True, ())]
-    _, _, _, stuck = execute("at 0s join h1,h2\nat 10s leave h2\nat 30s crash h1", leaving_s=60.0)
+    executor, engine, _, stuck = execute(
+        "at 0s join h1,h2\nat 10s leave h2\nat 30s crash h1", leaving_s=60.0
+    )
+    # h2 goes at 70: the check waits for it and 5 s more; the crash moves by 46 s.
     assert [(c.t, c.settled, c.departing) for c in stuck] == [
         (5, True, ()),
-        (29, False, (1,)),  # h2 still leaving when the crash is due
-        (75, True, ()),  # after the crash: h2 went at 70
+        (75, True, ()),
+        (81, True, ()),
     ]
+    assert ("crash", 0) in engine.calls and executor.summary()["shifted_s"] == 46
+
+
+def test_a_check_whose_wait_runs_out_is_unsettled():
+    schedule = compile_churn(
+        parse_churn("at 0s join h1,h2\nat 10s leave h2\nat 30s crash h1"), Universe(NAMES), seed=1
+    )
+    engine = Recorder(60.0)
+    base = np.full((6, 6), 0.010)
+    np.fill_diagonal(base, 0.0)
+    executor = Executor(schedule, engine, NAMES, base, join=lambda h: None)
+    checks: list[Quiet] = []
+    executor.run(5.0, checks.append, wait_max_s=10.0)
+    assert [(c.t, c.settled, c.departing, c.settle_wait_s) for c in checks] == [
+        (5, True, (), 0),
+        (25, False, (1,), 10),  # 10 s past its planned 15, h2 still leaving
+        (45, False, (1,), 10),  # after the crash (on time at 30): still leaving at 35 + 10
+    ]
+    assert executor.summary()["shifted_s"] == 0
 
 
 def test_latency_is_an_rtt_both_ways_and_comes_back_to_the_frame():
@@ -261,33 +284,37 @@ def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path, jobs):
     assert (
         result["events_applied"] == 4 * 12 + 2 * 1 + 2 * 2
     )  # joins, crashes, leaves (stops are no action)
-    assert result["violations"] == result["violations_unsettled"] == 0
+    assert result["violations"] == result["checks_unsettled"] == result["leaves_abrupt"] == 0
     assert all(r["checks"] == 2 and r["checks_unsettled"] == 0 for r in result["rows"])
+    assert result["settle_wait_s"]["max"] is not None
     assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
     assert result["lateness_ms"]["p99"] == 0.0
     assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
     assert (folder / "campaign.png").stat().st_size > 10_000
 
 
-def test_a_campaign_counts_unsettled_checks_apart(tmp_path):
+def test_a_campaign_counts_every_violation_and_the_unsettled_checks(tmp_path):
     # A run folder as run_experiment leaves it: one check after a full quiet
-    # period, one that a slow leave pushed into less (its leaver still going).
+    # period, one whose wait for a slow leave ran out (its leaver still going):
+    # strict checks, so its violations count too.
     run_dir = tmp_path / "x-s1"
     run_dir.mkdir()
     (run_dir / "applied.jsonl").write_text('{"kind": "leave", "lateness_ms": 0.0}\n')
     first = [{"kind": "gap", "peers": ["h1"], "detail": ""}]
     checks = [
         {"phase": "quiet@30.0s", "t": 30.0, "violations": 2, "by_kind": {"gap": 2}, "first": first,
-         "settled": True, "quiet_s": 30.0, "departing": []},
+         "settled": True, "quiet_s": 30.0, "departing": [], "settle_wait_s": 0.0},
         {"phase": "quiet@89.0s", "t": 89.0, "violations": 5, "by_kind": {"gap": 5}, "first": first,
-         "settled": False, "quiet_s": 0.0, "departing": ["h7"]},
+         "settled": False, "quiet_s": 0.0, "departing": ["h7"], "settle_wait_s": 120.0},
     ]  # fmt: skip
     summary = {"status": "complete", "wall_s": 1.0, "churn": {"events_applied": 1},
-               "invariants": {"violations": 7, "checked_at": [30.0, 89.0], "by_check": checks}}  # fmt: skip
+               "invariants": {"violations": 7, "checked_at": [30.0, 89.0], "by_check": checks},
+               "leaves": {"graceful": 3, "abrupt": 1}}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary))
     violating: list[dict] = []
     row = _row(run_dir, "x.churn", 1, [], [], violating, {"crashes": 0, "unrepaired": 0})
-    assert (row["violations"], row["violations_unsettled"], row["checks_unsettled"]) == (2, 5, 1)
+    assert (row["violations"], row["checks_unsettled"], row["leaves_abrupt"]) == (7, 1, 1)
+    assert row["settle_wait_s"]["max"] == 120.0 and row["waits"] == [0.0, 120.0]
     assert [(v["settled"], v["departing"]) for v in violating] == [(True, []), (False, ["h7"])]
 
 

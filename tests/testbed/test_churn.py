@@ -379,3 +379,18 @@ def test_bad_shaping_statements_name_the_column(text, says):
     with pytest.raises(InputError, match=says) as info:
         parse_churn(text, "s.churn")
     assert str(info.value).startswith("s.churn:1:")
+
+
+def test_a_script_that_leaves_too_little_room_is_reported():
+    universe = Universe([f"h{k}" for k in range(1, 61)])
+    script = (
+        "at 0s join 40\nat 40s leave 2\nat 71s crash 1\nfrom 110s to 500s churn 50%\nat 600s stop"
+    )
+    schedule = compile_churn(parse_churn(script), universe, seed=1)
+    warnings = schedule.room_warnings(30.0, leave_s=2.0)
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("line 2: leaves at t=40 s, then 31 s until the next event")
+    assert warnings[1].startswith("no quiet period from t=110 s to t=")
+    # With room for a leave, and quiet periods in the churn, nothing to say.
+    roomy = "at 0s join 40\nat 40s leave 2\nat 75s crash 1\nat 110s stop"
+    assert compile_churn(parse_churn(roomy), universe, seed=1).room_warnings(30.0, 2.0) == []
