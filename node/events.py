@@ -23,6 +23,7 @@ __all__ = [
     "JoinRetrying",
     "Joined",
     "Left",
+    "Merging",
     "PeerDeclaredDead",
     "RttMeasured",
     "TookOver",
@@ -68,6 +69,17 @@ class Evicted(Event):
     kind: ClassVar[str] = "evicted"
     id: int
     by: int
+
+
+@dataclass(frozen=True, slots=True)
+class Merging(Event):
+    """Our overlay met another that wins over it (node/can/reunion.py): we rejoin that one."""
+
+    kind: ClassVar[str] = "merging"
+    id: int
+    root: int  # our overlay's root
+    winner: int  # the other overlay's root
+    why: str  # "met" (we met a member of it), "dissolve" (a neighbour told us)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ __all__ = [
     "Codec",
     "Commit",
     "Confirm",
+    "Dissolve",
     "Endpoint",
     "Evicted",
     "JobAck",
@@ -66,6 +67,8 @@ __all__ = [
     "ProposeOK",
     "Release",
     "ReplayWindow",
+    "Reunite",
+    "Root",
     "Roster",
     "RttReport",
     "SchedBeat",
@@ -159,12 +162,23 @@ class Tombstone(msgspec.Struct, array_like=True, frozen=True):
     path: tuple[PathEntry, ...]
 
 
+class Root(msgspec.Struct, array_like=True, frozen=True):
+    """Which overlay a peer is in (node/can/reunion.py): its root, the least (epoch, id)
+    that news has reached us of, with the root's heartbeat and its size estimate."""
+
+    epoch: int  # 0 for the overlay's founder; one more at each re-election
+    id: int
+    seq: int  # advanced by the root every root period
+    size: float  # the root's estimate of the overlay's member count
+
+
 class Update(msgspec.Struct, tag=1, array_like=True, frozen=True):
     """Periodic state exchange with direct neighbours."""
 
     me: PeerInfo
     neighbors: tuple[PeerInfo, ...]
     tombstones: tuple[Tombstone, ...]
+    root: Root | None = None
 
 
 class JoinRequest(msgspec.Struct, tag=2, array_like=True, frozen=True):
@@ -492,6 +506,24 @@ class JobWatch(msgspec.Struct, tag=34, array_like=True, frozen=True):
     attempt: int
 
 
+class Reunite(msgspec.Struct, tag=35, array_like=True, frozen=True):
+    """To a peer we buried (node/can/reunion.py): are you alive, and in which overlay?
+    The answer is a Reunite too (`answer`); `me` is None from a peer not a member."""
+
+    nonce: int
+    root: Root | None  # None: not a member, or our root changed lately
+    me: PeerInfo | None
+    answer: bool
+
+
+class Dissolve(msgspec.Struct, tag=36, array_like=True, frozen=True):
+    """Our overlay met one that wins over it (`winner`): pass this on to your
+    neighbours, and rejoin through `contacts`, members of the winner."""
+
+    winner: Root
+    contacts: tuple[PeerInfo, ...]
+
+
 Message = (
     Update
     | JoinRequest
@@ -527,6 +559,8 @@ Message = (
     | JobHandover
     | JobTaken
     | JobWatch
+    | Reunite
+    | Dissolve
 )
 
 

@@ -23,7 +23,7 @@ class CanConfig:
     """Timing and limits of the overlay. Times in seconds of the `now` clock.
 
     The only declaration of these fields: a spec's [node] table embeds them by name
-    (testbed/spec.py), a peer's JSON document carries them as its "can" section. Two
+    (testbed/spec.py), a peer's JSON document carries them as its "can" section. Three
     defaults follow the update period, here and nowhere else (docs/can.md)."""
 
     space: Space
@@ -56,12 +56,21 @@ class CanConfig:
     per_source_per_s: float = 200.0
     per_source_burst: float = 400.0
     per_source_table: int = 4096
+    # Overlay merge (node/can/reunion.py, docs/can.md): peers buried for silence are
+    # probed again for this long (0: never; no merge after a partition); the root's
+    # heartbeat period (None: five update periods); the size ratio that decides a
+    # merge before the roots' ids do.
+    remember_dead_s: float = 300.0
+    root_period_s: float | None = None
+    merge_size_ratio: float = 4.0
 
     def __post_init__(self) -> None:
         if self.busy_timeout_s is None:
             object.__setattr__(self, "busy_timeout_s", max(8.0, 4 * self.update_interval_s))
         if self.forget_after_s is None:
             object.__setattr__(self, "forget_after_s", 5 * self.update_interval_s)
+        if self.root_period_s is None:
+            object.__setattr__(self, "root_period_s", 5 * self.update_interval_s)
         check_positive(
             "can",
             self,
@@ -77,9 +86,16 @@ class CanConfig:
                 "tombstone_ttl_s",
                 "gossip_window_s",
                 "forget_after_s",
+                "root_period_s",
             ),
             "seconds",
         )
+        remember = self.remember_dead_s
+        if not (isinstance(remember, int | float) and math.isfinite(remember) and remember >= 0):
+            raise FieldError("can", "remember_dead_s", f"must be >= 0 seconds, not {remember!r}")
+        ratio = self.merge_size_ratio
+        if not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 1):
+            raise FieldError("can", "merge_size_ratio", f"must be a number > 1, not {ratio!r}")
         if self.propose_scope not in ("neighbourhood", "direct"):
             raise FieldError(
                 "can",
@@ -113,6 +129,12 @@ class CanConfig:
         """busy_timeout_s, resolved."""
         assert self.busy_timeout_s is not None
         return self.busy_timeout_s
+
+    @property
+    def root_every_s(self) -> float:
+        """root_period_s, resolved."""
+        assert self.root_period_s is not None
+        return self.root_period_s
 
     @property
     def forget_news_after_s(self) -> float:

@@ -48,7 +48,16 @@ import msgspec
 from node.can.geometry import abutment
 from node.can.local import Address, LocalNode
 from node.events import Inconsistent, PeerDeclaredDead, ZoneChanged
-from node.wire import PathEntry, PeerInfo, Probe, ProbeReply, Tombstone, Update, check_peer_info
+from node.wire import (
+    PathEntry,
+    PeerInfo,
+    Probe,
+    ProbeReply,
+    Root,
+    Tombstone,
+    Update,
+    check_peer_info,
+)
 
 __all__ = ["Known", "NeighbourTable"]
 
@@ -116,7 +125,20 @@ class _Seen:
         return True
 
 
+def _same_update(a: Update, b: Update) -> bool:
+    """Equal but for the root's word (reunion.py), which changes every root period."""
+    return a is b or (a.me == b.me and a.neighbors == b.neighbors and a.tombstones == b.tombstones)
+
+
 def _ignore_bury(ident: int) -> None:
+    return None
+
+
+def _ignore_silent(info: PeerInfo, now: float) -> None:
+    return None
+
+
+def _no_root() -> Root | None:
     return None
 
 
@@ -143,6 +165,10 @@ class NeighbourTable:
         self.next_update = math.inf  # when we next send updates (the tick)
         self.on_bury: Callable[[int], None] = _ignore_bury
         self.on_newer: Callable[[int, int], None] = _ignore_newer
+        # A peer buried for silence (reunion.py asks it again later), and the root's
+        # word that our updates carry (reunion.py).
+        self.on_silent: Callable[[PeerInfo, float], None] = _ignore_silent
+        self.root_word: Callable[[], Root | None] = _no_root
 
     def changed(self) -> None:
         self.version += 1
@@ -293,7 +319,7 @@ class NeighbourTable:
         before: dict[int, _Summary] = {}
         same = False
         if seen is not None:
-            same = seen.update is update or seen.update == update
+            same = _same_update(seen.update, update)
             if same and seen.repeat(known, tombstones, now):
                 if seen.infos:
                     self.their_neighbors[sender] = seen.infos
@@ -361,7 +387,7 @@ class NeighbourTable:
         """Whether `update` equals the last update we took from `sender` (no need to
         validate it again)."""
         seen = self.seen.get(sender)
-        return seen is not None and (seen.update is update or seen.update == update)
+        return seen is not None and _same_update(seen.update, update)
 
     def take_tombstones(self, stones: Iterable[Tombstone], now: float) -> bool | None:
         """Bury the peers of gossiped tombstones that are news. Returns whether any
@@ -464,6 +490,7 @@ class NeighbourTable:
             self.suspects.pop(ident, None)
             if known is not None:
                 self.bury(known.info, now, "no answer to probe")
+                self.on_silent(known.info, now)
         return bool(expired)
 
     def take_probe_reply(self, sender: int, reply: ProbeReply, now: float) -> bool:
@@ -514,7 +541,7 @@ class NeighbourTable:
         fresh = [item for item in self.tombstones.values() if item[1] >= fresh_until]
         fresh.sort(key=lambda item: -item[1])
         stones = tuple(stone for stone, _ in fresh[: config.max_gossip_tombstones])
-        update = Update(local.info(), neighbors, stones)
+        update = Update(local.info(), neighbors, stones, self.root_word())
         for addr in self.addresses():
             local.send(addr, update)
 

@@ -53,6 +53,7 @@ from node.can.geometry import Space
 from node.can.join import JoinService
 from node.can.local import Address, LocalNode
 from node.can.neighbours import Known, NeighbourTable
+from node.can.reunion import Reunion, check_dissolve, check_reunite
 from node.can.status import Status
 from node.can.takeover import Takeover
 from node.events import Event, Left
@@ -61,6 +62,7 @@ from node.wire import (
     COMMIT_MERGE,
     COMMIT_SPLIT,
     Commit,
+    Dissolve,
     Evicted,
     JoinAccept,
     JoinAck,
@@ -74,6 +76,7 @@ from node.wire import (
     ProbeReply,
     Propose,
     ProposeOK,
+    Reunite,
     Tombstone,
     Update,
     check_peer_info,
@@ -137,6 +140,8 @@ _VALIDATORS: dict[type[Any], Callable[[Any, int], str | None]] = {
     Commit: _valid_commit,
     ProbeReply: _valid_probe_reply,
     Lookup: _valid_lookup,
+    Reunite: check_reunite,
+    Dissolve: check_dissolve,
 }
 
 
@@ -192,6 +197,7 @@ class CanOverlay:
             JoinAccept: lambda sender, addr, m, now: self._join.on_join_accept(addr, m, now),
             JoinRetry: lambda sender, addr, m, now: self._join.on_join_retry(m, now),
             Evicted: lambda sender, addr, m, now: self._on_evicted(sender, now),
+            Reunite: lambda sender, addr, m, now: self._reunion.on_reunite(addr, m, now),
         }
         self._members_only: dict[type[Any], _Handler] = {
             Update: lambda sender, addr, m, now: self._on_update(sender, m, now),
@@ -202,6 +208,7 @@ class CanOverlay:
             Commit: lambda sender, addr, m, now: self._conflicts.on_commit(sender, m, now),
             ProbeReply: lambda sender, addr, m, now: self._on_probe_reply(sender, m, now),
             Lookup: lambda sender, addr, m, now: self._takeover.on_lookup(m, now),
+            Dissolve: lambda sender, addr, m, now: self._reunion.on_dissolve(m, now),
         }
 
     def _reset_membership(self) -> None:
@@ -214,6 +221,9 @@ class CanOverlay:
         self._join = JoinService(local, self._table, self._takeover, self._conflicts)
         self._table.on_bury = self._conflicts.forget
         self._table.on_newer = self._conflicts.newer
+        self._reunion = Reunion(local, self._table, self._rejoin)
+        self._table.on_silent = self._reunion.remember
+        self._table.root_word = self._reunion.word
         self._leave_attempts = 0
         self._leave_retry_at = math.inf
 
@@ -344,6 +354,7 @@ class CanOverlay:
             local.id = local.new_id()
             space = local.space
             self._join.become_member(space.lo, space.hi, (), 1, [], now, first=True)
+            self._reunion.found(now)
             return
         self._join.attempts = 0
         self._join.try_join(now)
@@ -448,6 +459,7 @@ class CanOverlay:
         local, table = self._local, self._table
         table.next_update = now + local.config.update_interval_s * local.rng.uniform(0.9, 1.1)
         table.probe_quiet(now)  # failure detection
+        self._reunion.tick(now)  # the root's heartbeat, remembered peers asked
         # Expiry of soft state.
         self._join.expire(now)
         self._conflicts.expire(now)
@@ -514,6 +526,8 @@ class CanOverlay:
         if me.id != sender or not me.lo:
             return
         table, takeover = self._table, self._takeover
+        if update.root is not None:
+            self._reunion.on_root(update.root, now)
         learned = table.take_summaries(sender, update, now)
         # Beyond news of peers, a burial needs a full recomputation of the direct set.
         changed = table.take_tombstones(update.tombstones, now)
@@ -536,6 +550,11 @@ class CanOverlay:
     def _on_probe_reply(self, sender: int, reply: ProbeReply, now: float) -> None:
         if self._table.take_probe_reply(sender, reply, now):
             self._takeover.repair(now)
+
+    def _rejoin(self, bootstraps: Sequence[Address], now: float) -> None:
+        """Our overlay dissolves into another (reunion.py): join it as a new node."""
+        self._local.set_status(Status.IDLE)
+        self.join(bootstraps, now)
 
     def _on_evicted(self, sender: int, now: float) -> None:
         local = self._local
@@ -568,6 +587,9 @@ class CanOverlay:
             "known": len(table.known),
             "tombstones": len(table.tombstones),
             "suspects": sorted(table.suspects),
+            "root": None
+            if (root := self._reunion.root) is None
+            else [root.epoch, root.id, root.seq],
             "busy": sorted(self._conflicts.busy),
             "unsettled": self._conflicts.unsettled(0.0)
             if local.status == Status.MEMBER

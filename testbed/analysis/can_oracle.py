@@ -24,7 +24,7 @@ import numpy as np
 
 from node.can.geometry import Space, next_hop
 
-__all__ = ["CanReport", "Violation", "check_can"]
+__all__ = ["CanReport", "Violation", "check_can", "merge_reports"]
 
 VOLUME_TOLERANCE = 1e-9
 
@@ -65,6 +65,20 @@ class CanReport:
             "mean_hops": round(self.mean_hops, 3),
             "first": [v.to_dict() for v in self.violations[:limit]],
         }
+
+
+def merge_reports(reports: Sequence[CanReport]) -> CanReport:
+    """One report of several overlays checked apart (the sides of a partition)."""
+    if len(reports) == 1:
+        return reports[0]
+    routes = sum(r.routes_checked for r in reports)
+    hops = sum(r.mean_hops * r.routes_checked for r in reports)
+    return CanReport(
+        sum(r.members for r in reports),
+        [v for r in reports for v in r.violations],
+        routes,
+        hops / routes if routes else 0.0,
+    )
 
 
 def check_can(

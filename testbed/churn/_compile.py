@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from testbed.churn._parse import Count, Group, Selector, Statement
+from testbed.churn._parse import Count, Group, Islands, Selector, Statement
 from testbed.errors import InputError
 from testbed.linkmodel import MAX_ONE_WAY_S
 
@@ -489,15 +489,32 @@ class _Player:
 
     def start_partition(self, t: float) -> None:
         statement, model, universe_names = self.statement, self.model, self.universe_names
-        sides = []
+        sides: list[list[str]] = []
+        named = {
+            h
+            for g in statement.groups
+            if isinstance(g, Group)
+            for h in model.members_of(g, statement)
+        }
         for side in statement.groups:
+            if isinstance(side, Islands):  # k (%) of the hosts up, in small groups
+                free = [h for h in model.up if h not in named and not any(h in s for s in sides)]
+                count = model.how_many(side.count, len(model.up))
+                if count > len(free) or count < side.smallest:
+                    raise model.fail(
+                        statement,
+                        f"islands of {count} host(s) in all, but {len(free)} are up on no other "
+                        f"side, and an island has at least {side.smallest}",
+                    )
+                chosen = self.rng.sample(free, count)
+                while chosen:
+                    size = self.rng.randint(side.smallest, side.largest)
+                    if len(chosen) - size < side.smallest:
+                        size = len(chosen)  # the rest, rather than an island too small
+                    island, chosen = chosen[:size], chosen[size:]
+                    sides.append(sorted(island, key=model.index.__getitem__))
+                continue
             if isinstance(side, Selector):  # random k (%) of the hosts on no other side
-                named = {
-                    h
-                    for g in statement.groups
-                    if isinstance(g, Group)
-                    for h in model.members_of(g, statement)
-                }
                 free = [
                     h for h in universe_names if h not in named and not any(h in s for s in sides)
                 ]

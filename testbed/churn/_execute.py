@@ -116,6 +116,10 @@ class Executor:
         self.lateness_ms: list[float] = []
         self.applied = 0
         self.recent: list[dict[str, Any]] = []  # applied since the last clean check
+        # The sides of the partition in force (None: none): checks judge each side as an
+        # overlay of its own, and joiners get bootstraps on their side.
+        self.sides: list[set[int]] | None = None
+        self.heals: list[float] = []  # when each partition was healed
         self.shift_s = 0.0  # what strict checks delayed the rest of the script by
         self.waits_s: list[float] = []
 
@@ -261,8 +265,13 @@ class Executor:
         extra: dict[str, Any] = {}
         if verb == "partition":
             self.engine.partition(groups)
+            named = {h for group in groups for h in group}
+            rest = set(range(len(self.index))) - named
+            self.sides = [set(group) for group in groups] + ([rest] if rest else [])
         elif verb == "heal":
             self.engine.heal()
+            self.sides = None
+            self.heals.append(self.engine.now)
         elif verb == "latency":
             a, b = (np.array(g, dtype=np.intp) for g in groups)
             for src, dst in ((a, b), (b, a)):

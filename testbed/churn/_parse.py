@@ -28,7 +28,16 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from testbed.errors import InputError
 
-__all__ = ["HOST_VERBS", "Count", "Group", "Selector", "Statement", "parse_churn", "read_churn"]
+__all__ = [
+    "HOST_VERBS",
+    "Count",
+    "Group",
+    "Islands",
+    "Selector",
+    "Statement",
+    "parse_churn",
+    "read_churn",
+]
 
 GRAMMAR = r"""
 statement: when action
@@ -57,6 +66,7 @@ action: "join" selector                     -> join
 
 side: group
     | "random" count                      -> random_side
+    | "islands" count "of" NUMBER ["to" NUMBER] -> islands_side
 
 latency_value: time | MATRIX
 shaping: RATE "queue" size                -> shaped
@@ -203,6 +213,22 @@ class Selector:
 
 
 @dataclass(frozen=True)
+class Islands:
+    """Partition sides: `count` of the hosts up (on no other side), in random groups of
+    `smallest` to `largest` hosts, each group cut off from everyone else."""
+
+    count: Count
+    smallest: int
+    largest: int
+
+    def __str__(self) -> str:
+        sizes = f"{self.smallest}" + (
+            f" to {self.largest}" if self.largest != self.smallest else ""
+        )
+        return f"islands {self.count} of {sizes}"
+
+
+@dataclass(frozen=True)
 class Statement:
     """One line of a script: when (at `start`, or from `start` to `end`) and what."""
 
@@ -213,7 +239,9 @@ class Statement:
     column: int  # of the action
     text: str
     selector: Selector | None = None
-    groups: tuple[Group | Selector, ...] = ()  # partition's sides (random k: a Selector); a pair
+    groups: tuple[
+        Group | Selector | Islands, ...
+    ] = ()  # partition's sides (random k: a Selector); a pair
     value: float | None = (
         None  # latency (s, RTT; None: the matrix's), loss rate, frame, churn share
     )
@@ -344,6 +372,18 @@ class _ToStatement(Transformer):
 
     def random_side(self, count: Count) -> Selector:
         return Selector("random", count)
+
+    def islands_side(self, count: Count, smallest: Token, largest: Token | None) -> Islands:
+        low = float(smallest)
+        high = low if largest is None else float(largest)
+        if not (low.is_integer() and high.is_integer() and 1 <= low <= high):
+            raise _Fail(
+                f"islands of {_short(smallest)}"
+                + ("" if largest is None else f" to {_short(largest)}")
+                + ": whole numbers of hosts, the smallest first",
+                smallest.column,
+            )
+        return Islands(count, int(low), int(high))
 
     def pair(self, a: Group, b: Group) -> tuple[Group, Group]:
         return a, b

@@ -421,6 +421,7 @@ class EmuEngine(WanVerbs):
             },
             "repair_s": self._repair_times(),
             "leaves": self._leaves(),
+            "merges": self._merges(),
         }
 
     def close(self) -> None:
@@ -539,6 +540,20 @@ class EmuEngine(WanVerbs):
                 if '"kind":"left"' in line:
                     out["graceful" if json.loads(line)["graceful"] else "abrupt"] += 1
         return out
+
+    def _merges(self) -> list[list[float | None]]:
+        """[when a peer's overlay dissolved into another, when it had rejoined] (run time)."""
+        out: list[list[float | None]] = []
+        for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
+            open_merge: list[float | None] | None = None
+            for line in path.read_text().splitlines():
+                if '"kind":"merging"' in line:
+                    open_merge = [round(json.loads(line)["wall"] - self._wall0, 3), None]
+                    out.append(open_merge)
+                elif open_merge is not None and '"kind":"joined"' in line:
+                    open_merge[1] = round(json.loads(line)["wall"] - self._wall0, 3)
+                    open_merge = None
+        return sorted(out, key=lambda m: m[0] or 0.0)
 
     def _repair_times(self) -> dict[str, Any]:
         self._sync_logs()

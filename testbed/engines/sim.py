@@ -36,6 +36,8 @@ class SimEngine:
         self._id_host: dict[int, int] = {}  # every overlay id a peer has had -> its host
         self._repaired_at: dict[int, float] = {}
         self._leaves = {"graceful": 0, "abrupt": 0}
+        self._merges: list[list[float | None]] = []  # [merging t, rejoined t] (reunion.py)
+        self._merging: dict[int, list[float | None]] = {}  # host -> its open merge
         self.graveyard: dict[
             int, tuple[float, Any]
         ] = {}  # host -> (time, overlay) of its last crash, for post-mortems
@@ -62,6 +64,12 @@ class SimEngine:
             self._job_records.append({"host": host, **record})
         elif kind == "joined":
             self._id_host[record["id"]] = host
+            merge = self._merging.pop(host, None)
+            if merge is not None:
+                merge[1] = record["t"]
+        elif kind == "merging":
+            self._merging[host] = merge = [record["t"], None]
+            self._merges.append(merge)
         elif kind == "crashed":
             self._crashed_at[record["id"]] = record["t"]
             self._repaired_at.pop(record["id"], None)  # a takeover before the crash is no repair
@@ -223,6 +231,7 @@ class SimEngine:
                 "values": [round(r, 3) for r in repair],
             },
             "leaves": dict(self._leaves),
+            "merges": [list(m) for m in self._merges],
         }
 
 

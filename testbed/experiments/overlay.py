@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from node.can.geometry import abutment
 from node.cluster.agent import ClusterConfig
 from node.cluster.refine import gather
 from node.peer import NodeConfig
-from testbed.analysis.can_oracle import check_can
+from testbed.analysis.can_oracle import check_can, merge_reports
 from testbed.analysis.cluster_oracle import check_clusters
 from testbed.analysis.cluster_quality import cluster_quality
 from testbed.analysis.stats import quantiles
@@ -275,6 +276,10 @@ class _OverlayRun:
         now = engine.now
         settled = now - self.spec.node.join_timeout_s
         others = sorted(self.expected - {host})
+        sides = None if self.executor is None else self.executor.sides
+        side = next((side for side in sides or () if host in side), None)
+        if side is not None:  # as an operator would: bootstraps the joiner can reach
+            others = [h for h in others if h in side]
         old = [h for h in others if self.joined_at.get(h, now) <= settled]
         pool = old if len(old) >= 5 else others
         engine.start(host, self._point_of(host))
@@ -323,13 +328,34 @@ class _OverlayRun:
         dumps = engine.dumps()
         if skip:  # frozen peers answer nothing real (the emulator does not ask them)
             dumps = [d for d in dumps if self.host_of[d["host"]] not in skip]
-        report = check_can(
-            self.config.can.space,
-            dumps,
-            expected_members=[names[h] for h in sorted(self.expected)],
-            routes=self.spec.routes_checked,
-            seed=self.spec.seed + number,
-            hosts_of=lambda ids: {i: names[h] for i, h in engine.hosts_of(ids).items()},
+        sides = None if self.executor is None else self.executor.sides
+        if sides:
+            # During a partition each side is an overlay of its own, if it is not too small
+            # to rebuild the space alone (docs/churn.md, "Checks during a partition").
+            least = max(1, math.ceil(PARTITION_CHECK_SHARE * len(self.expected)))
+            size = {k: len(side & self.expected) for k, side in enumerate(sides)}
+            extra = {
+                **(extra or {}),
+                "sides": [size[k] for k in range(len(sides))],
+                "sides_unchecked": sum(1 for k in size if size[k] < least),
+            }
+            sides = [side for k, side in enumerate(sides) if size[k] >= least]
+        report = merge_reports(
+            [
+                check_can(
+                    self.config.can.space,
+                    [d for d in dumps if side is None or self.host_of[d["host"]] in side],
+                    expected_members=[
+                        names[h] for h in sorted(self.expected) if side is None or h in side
+                    ],
+                    routes=max(1, self.spec.routes_checked * len(side) // self.topology.n)
+                    if side is not None
+                    else self.spec.routes_checked,
+                    seed=self.spec.seed + number,
+                    hosts_of=lambda ids: {i: names[h] for i, h in engine.hosts_of(ids).items()},
+                )
+                for side in (sides or [None])
+            ]
         )
         if self.offers is not None:
             one_way = self._one_way_s()
@@ -363,6 +389,9 @@ class _OverlayRun:
                 jobs_summary = {"jobs_error": f"{type(exc).__name__}: {exc}"}
         checks, spec = self.checks, self.spec
         churn = self.churn_summary
+        engine_summary = dict(engine_summary)
+        merges = engine_summary.pop("merges", [])
+        heals = [] if self.executor is None else self.executor.heals
         return {
             "name": spec.name,
             "engine": spec.engine,
@@ -377,11 +406,41 @@ class _OverlayRun:
             },
             "members_final": checks[-1].report["members"] if checks else 0,
             **({"churn": churn} if churn is not None else {}),
+            "merges": {
+                "peers": len(merges),
+                "not_rejoined": sum(1 for _, rejoined in merges if rejoined is None),
+            },
+            **({"partitions": _partitions(heals, merges)} if heals else {}),
             **({"clusters": self.last_clusters} if self.last_clusters else {}),
             **jobs_summary,
             "wall_s": round(time.monotonic() - wall0, 3),
             **engine_summary,
         }
+
+
+# During a partition, a side is checked as an overlay of its own if it holds at least this
+# share of the peers that should be members.
+PARTITION_CHECK_SHARE = 0.1
+
+
+def _partitions(heals: list[float], merges: list[list[float | None]]) -> dict[str, Any]:
+    """Each heal's time to one overlay: until the last peer whose overlay dissolved after
+    it had rejoined (0 when no overlay had to dissolve: the partition was too short to
+    split it); None if one never rejoined."""
+    values: list[float | None] = []
+    for k, heal in enumerate(heals):
+        until = heals[k + 1] if k + 1 < len(heals) else math.inf
+        mine = [m for m in merges if m[0] is not None and heal <= m[0] < until]
+        if any(rejoined is None for _, rejoined in mine):
+            values.append(None)
+        else:
+            values.append(round(max((r - heal for _, r in mine if r is not None), default=0.0), 3))
+    done = [v for v in values if v is not None]
+    return {
+        "healed": len(heals),
+        "heal_to_one_s": quantiles(done) | {"values": values},
+        "never_one": sum(1 for v in values if v is None),
+    }
 
 
 def churn_schedule(spec: ExperimentSpec, topology: Topology, names: list[str]) -> Schedule | None:

@@ -33,12 +33,14 @@ LANES = (("narrow",), ("cluster", "can", "sched"))
 # sha256 at d603307; can/events and sched/* re-recorded at the probes beyond dead regions
 # (docs/can.md): peers now probe the hearsay peers that hold up a takeover, so these runs' crash
 # repairs differ (the 300-host CAN run: 0 violations, crash to takeover p50 36.3 s, p99 83.8 s,
-# against 36.4 s and 84.1 s before; the scheduling run: 300 of 300 jobs, 0 violations).
+# against 36.4 s and 84.1 s before; the scheduling run: 300 of 300 jobs, 0 violations); and
+# again at the overlay merge (node/can/reunion.py: updates carry the root's word, buried peers
+# are asked again; the CAN run's checks unchanged, the scheduling run 300 of 300 jobs).
 RECORDED = {
-    "can/events.jsonl": "c76121f8b1dfadb548330df1f4478db294383b71e83916b453b2b5b20a074068",
+    "can/events.jsonl": "de1adbe379405c44d27a962ff4ca4e1922d0881e57c3906a8d95f44dab8b52ba",
     "can/checks.jsonl": "c24aa9fa71e5cea1fb651d272668b5d154a9b2addb478aa10f62d360c72b02c9",
-    "sched/events.jsonl": "88f83f035dbdcc9bc6c54648a440fd1cc8bf50b861d378c4dbd2b0496c9633c7",
-    "sched/checks.jsonl": "01cca38357ae5bbfa56114cbd09a0f78f19b7a3f879ea01c481d60cb785231ba",
+    "sched/events.jsonl": "66c57d8cae17761c1fda13105ccef0d4f1bc0b44e8b9f2cb377107d5e27971ba",
+    "sched/checks.jsonl": "4e039938ec2d393800ee5bf27a701442120f2f6c6b9b84b69d2e643ed38f7efd",
     "cluster/clusters.json": "642426512f79ab9b0ecfc155f6a7e77312cb7b7a8678b6fcd15e1858691b4c86",
     "cluster/summary.json": "dd15720603e0a76feace05404dda8d02ce7af78e7a4fed2aec14aa96c4e8a011",
     "narrow/summary.json": "27c02935b21763eacf0727f96b8a36420e07cd4b3d7806d79e92abf3ec8e4e01",

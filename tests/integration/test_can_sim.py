@@ -271,13 +271,12 @@ def test_the_bundled_specs_are_valid(name, monkeypatch):
 
 
 # Found by 95 random searches of 300 examples after the fix above (search 40, 2026-11-27 at
-# fa2820b + that fix; it fails on fa2820b too): a peer crashes and the first member is
-# restarted half a second after five joins, before any update period. Each side's survivor
-# knew nobody alive across the root split (the dead were the only ones who had heard of them),
-# its look into the other subtree had nobody to route to, and both took the other half: two
-# overlays over one space (h5 alone, the other three). Healing that is the overlay merge of
-# issue 25 (docs/can.md, Known limits); until it does, this fails.
-@pytest.mark.xfail(strict=True, reason="known: two overlays after crashes within the first period")
+# 02266ea; it failed on fa2820b too): a peer crashes and the first member is restarted half a
+# second after five joins, before any update period. Each side's survivor knew nobody alive
+# across the root split (the dead were the only ones who had heard of them), its look into the
+# other subtree had nobody to route to, and both took the other half: two overlays over one
+# space (h5 alone, the other three). The overlay merge heals it (node/can/reunion.py): h5
+# asks the address of the peer it buried, finds another overlay there, and rejoins it.
 def test_crashes_before_the_first_update_period_leave_one_overlay():
     state = ChurnMachine()
     steps = [
@@ -289,3 +288,33 @@ def test_crashes_before_the_first_update_period_leave_one_overlay():
     for step, arguments in steps:
         getattr(state, step)(**arguments)
     state.teardown()
+
+
+def test_partitions_of_every_shape_heal_into_one_overlay(tmp_path):
+    # Each partition outlasts suspect_after_s: both sides bury each other and take over.
+    # During it every side large enough is an overlay of its own; after the heal the
+    # overlays find each other and merge (node/can/reunion.py).
+    script = tmp_path / "partitions.churn"
+    script.write_text(
+        "from 0s to 16s join 80%\n"
+        "from 50s to 80s partition random 50%\n"
+        "from 110s to 140s partition islands 20% of 2 to 3\n"
+        "from 170s to 230s partition islands 1 of 1\n"
+        "from 260s to 275s join 10%\n"
+        "from 262s to 292s partition random 50%\n"
+        "at 330s stop\n"
+    )
+    overrides = ["phases=[]", f"churn.script='{script}'", "churn.settle_s=20"]
+    summary = json.loads(
+        (run_small(tmp_path, "partitions", overrides) / "summary.json").read_text()
+    )
+    checks = summary["invariants"]["by_check"]
+    assert summary["invariants"]["violations"] == 0, checks
+    during = [c for c in checks if c.get("sides")]
+    assert [c["sides_unchecked"] for c in during] == [0, 2, 1, 0]  # islands and the lone peer
+    after = [c for c in checks if not c.get("sides")]
+    assert [c["members"] for c in after] == [32, 32, 32, 32, 36]  # one overlay each time
+    assert summary["merges"]["peers"] > 0 and summary["merges"]["not_rejoined"] == 0
+    heals = summary["partitions"]
+    assert heals["healed"] == 4 and heals["never_one"] == 0
+    assert 0 < heals["heal_to_one_s"]["max"] < 20

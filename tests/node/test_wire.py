@@ -90,6 +90,10 @@ MESSAGES = [
     wire.JobHandover(JOB, 1 << 30, 3, None, (5, 1 << 30)),
     wire.JobTaken(9),
     wire.JobWatch(9, 1 << 30),
+    Update(INFO, (), (), wire.Root(0, 7, 12, 480.5)),
+    wire.Reunite(5, wire.Root(1, 7, 3, 2.0), INFO, False),
+    wire.Reunite(5, None, None, True),
+    wire.Dissolve(wire.Root(0, 3, 9, 500.0), (INFO,)),
 ]
 
 

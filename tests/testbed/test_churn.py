@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -394,3 +396,33 @@ def test_a_script_that_leaves_too_little_room_is_reported():
     # With room for a leave, and quiet periods in the churn, nothing to say.
     roomy = "at 0s join 40\nat 40s leave 2\nat 75s crash 1\nat 110s stop"
     assert compile_churn(parse_churn(roomy), universe, seed=1).room_warnings(30.0, 2.0) == []
+
+
+def test_islands_cut_small_groups_of_the_peers_up_off_from_everyone():
+    universe = Universe([f"h{k}" for k in range(1, 41)])
+    script = "at 0s join 30\nfrom 10s to 20s partition islands 20% of 2 to 3\nat 30s stop"
+    schedule = compile_churn(parse_churn(script), universe, seed=4)
+    (cut,) = [e for e in schedule.events if e.verb == "partition"]
+    joined = {h for e in schedule.events if e.verb == "join" for h in e.hosts}
+    islands = [set(side) for side in cut.groups]
+    assert sum(map(len, islands)) == 6 and all(2 <= len(i) <= 3 for i in islands)
+    assert set().union(*islands) <= joined  # peers up, not idle hosts
+    assert len(schedule.record(cut)["sides"]) == len(islands) + 1  # and the rest
+    one = compile_churn(
+        parse_churn("at 0s join 5\nfrom 1s to 2s partition islands 1 of 1"), universe, seed=1
+    )
+    assert [len(s) for s in next(e for e in one.events if e.verb == "partition").groups] == [1]
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("from 1s to 2s partition islands 2 of 3 to 2", "the smallest first"),
+        ("from 1s to 2s partition islands 2 of 1.5", "whole numbers"),
+        ("from 1s to 2s partition islands 50 of 2", "islands of 50 host(s) in all, but 5 are up"),
+    ],
+)
+def test_bad_islands_are_errors(line, error):
+    universe = Universe([f"h{k}" for k in range(1, 41)])
+    with pytest.raises(InputError, match=re.escape(error)):
+        compile_churn(parse_churn("at 0s join 5\n" + line), universe, seed=1)

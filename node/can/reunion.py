@@ -1,0 +1,258 @@
+# Overlay merge: two overlays over one space find each other and become one.
+#
+# Theory of operation
+#   A partition longer than suspect_after_s leaves each side a complete CAN of its
+#   own: each side buried the other's peers and took their zones. So can crashes
+#   within the first update period (two survivors that never heard of each other
+#   each take the other half). Nothing in the CAN makes such overlays talk again:
+#   each holds the other's peers as tombstones. This part makes them one:
+#
+#   * Every overlay has a root, named by (epoch, id). The founder of an overlay
+#     is its root at epoch 0. Each update carries the root's word: (epoch, id,
+#     seq, size). The root advances seq every root period and sets size to its
+#     estimate of the member count (1 / the mean normalised volume of its zone
+#     and its direct neighbours'). A member adopts the least (epoch, id) it
+#     hears of, or a higher seq of its root; a joiner has no root until it hears
+#     one. A root whose seq has not advanced for ROOT_MAX_AGE periods is dropped
+#     (only a higher seq brings it back) and the member claims to be root at the
+#     next epoch; the least id among the claims wins. A root is thus replaced
+#     only when it is gone, and a new member never takes over. After a
+#     partition, the side without the old root soon has one at a later epoch.
+#   * Peers buried for silence (a probe unanswered) are remembered, with their
+#     address, for remember_dead_s, and sent a Reunite 1, 2, 4, 8, 8, ... update
+#     periods apart after the burial. A peer answers every Reunite with its root and
+#     its info, if it is a member whose root has not changed for a root period.
+#   * Two such members whose roots differ decide which overlay dissolves, both
+#     the same way (`loses`): the one whose root's size is merge_size_ratio
+#     times smaller, else the one whose root has the larger (epoch, id). As long
+#     as one side still has the old root, every pair decides alike. A peer of
+#     the losing overlay sends a Dissolve (the winner's root, contacts) to its
+#     direct neighbours, who pass it on, and rejoins through the contacts as a
+#     new node; so does every member of the losing overlay as it reaches them.
+#
+# Rules
+#   1. Only members decide, and only when both roots have been the same for a
+#      root period (an election still spreading could decide both ways).
+#   2. Equal roots mean one overlay (or two not yet told apart: the remembered
+#      peer is asked again later).
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from node.can.local import Address, LocalNode
+from node.can.neighbours import NeighbourTable
+from node.can.status import Status
+from node.events import Merging
+from node.wire import Dissolve, PeerInfo, Reunite, Root, check_peer_info
+
+__all__ = ["ROOT_MAX_AGE", "Reunion", "check_dissolve", "check_reunite", "loses"]
+
+# A root whose heartbeat has not advanced for this many root periods is dropped.
+ROOT_MAX_AGE = 4
+# A remembered peer is asked again after 1, 2, 4, 8, 8, ... update periods.
+MAX_WAIT_PERIODS = 8
+# Reunites sent per update period at most, and contacts a Dissolve carries at most.
+MAX_REUNITES_PER_TICK = 4
+MAX_CONTACTS = 4
+
+
+def _key(root: Root) -> tuple[int, int]:
+    return (root.epoch, root.id)
+
+
+def loses(mine: Root, theirs: Root, ratio: float) -> bool:
+    """Whether our overlay (root `mine`) dissolves into theirs. Both sides compute
+    this with the arguments swapped and reach opposite answers (for distinct roots)."""
+    if mine.size * ratio <= theirs.size:
+        return True
+    if theirs.size * ratio <= mine.size:
+        return False
+    return _key(mine) > _key(theirs)
+
+
+def _check_root(root: Root) -> str | None:
+    if not (0 <= root.epoch < 2**31 and 0 <= root.id < 2**63 and 0 <= root.seq < 2**63):
+        return "bad root"
+    if not (math.isfinite(root.size) and root.size > 0):
+        return "bad root size"
+    return None
+
+
+def check_reunite(message: Reunite, dims: int) -> str | None:
+    problem = None if message.root is None else _check_root(message.root)
+    if problem is None and message.me is not None:
+        problem = check_peer_info(message.me, dims)
+    return problem
+
+
+def check_dissolve(message: Dissolve, dims: int) -> str | None:
+    if not message.contacts or len(message.contacts) > MAX_CONTACTS:
+        return "bad contacts"
+    problem = _check_root(message.winner)
+    for contact in message.contacts:
+        problem = problem or check_peer_info(contact, dims)
+    return problem
+
+
+@dataclass
+class _Remembered:
+    address: Address
+    buried_at: float
+    next_at: float
+    wait_s: float
+
+
+class Reunion:
+    """The overlay's root, the peers we buried for silence, and the merge."""
+
+    def __init__(
+        self,
+        local: LocalNode,
+        table: NeighbourTable,
+        rejoin: Callable[[Sequence[Address], float], None],
+    ) -> None:
+        self.local = local
+        self.table = table
+        self._rejoin = rejoin
+        self.root: Root | None = None
+        self.member_since: float | None = None  # our first tick as a member
+        self.advanced_at = 0.0  # when our root's seq last advanced (or we took it)
+        self.changed_at = 0.0  # when our root last changed
+        self.next_beat = 0.0  # as the root: when seq advances next
+        self.dropped: dict[tuple[int, int], int] = {}  # roots dropped -> their seq then
+        self.remembered: dict[int, _Remembered] = {}
+        self.reunites_sent = 0
+        self.merges = 0
+
+    # -- the root --------------------------------------------------------------------------------------
+
+    def word(self) -> Root | None:
+        """What our updates say of the root."""
+        return self.root
+
+    def found(self, now: float) -> None:
+        """We founded the overlay: its root at epoch 0."""
+        self._claim(0, now)
+
+    def _claim(self, epoch: int, now: float) -> None:
+        self.root = Root(epoch, self.local.id, 0, self._size())
+        self.advanced_at = self.changed_at = now
+        self.next_beat = now + self.local.config.root_every_s
+
+    def _size(self) -> float:
+        local, table = self.local, self.table
+        if not local.lo:
+            return 1.0
+        space = local.space
+        volumes = [space.volume(local.lo, local.hi)]
+        for ident in table.direct:
+            info = table.known[ident].info
+            volumes.append(space.volume(info.lo, info.hi))
+        return max(1.0, len(volumes) / sum(volumes))
+
+    def on_root(self, root: Root, now: float) -> None:
+        """A neighbour's word on the root (in its update)."""
+        mine = self.root
+        if root.id == self.local.id or _check_root(root) is not None:
+            return
+        key = _key(root)
+        if mine is None or key < _key(mine):
+            if root.seq <= self.dropped.get(key, -1):
+                return  # the echo of a root we dropped
+            self.root = root
+            self.advanced_at = self.changed_at = now
+        elif key == _key(mine) and root.seq > mine.seq:
+            self.root = root
+            self.advanced_at = now
+
+    def tick(self, now: float) -> None:
+        """Once an update period: the root's heartbeat, a stale root dropped, the
+        remembered peers asked."""
+        local = self.local
+        period = local.config.root_every_s
+        if self.member_since is None:
+            self.member_since = now
+        root = self.root
+        if root is None:
+            if now - self.member_since > ROOT_MAX_AGE * period:
+                self._claim(0, now)  # nobody told us of one: an overlay of our own
+        elif root.id == local.id:
+            if now >= self.next_beat:
+                self.root = Root(root.epoch, local.id, root.seq + 1, self._size())
+                self.next_beat = now + period
+        elif now - self.advanced_at > ROOT_MAX_AGE * period:
+            self.dropped[_key(root)] = root.seq
+            if len(self.dropped) > 64:
+                del self.dropped[next(iter(self.dropped))]
+            self._claim(root.epoch + 1, now)
+        self._ask_remembered(now)
+
+    def settled(self, now: float) -> Root | None:
+        """Our root if we may decide on it: a member's root unchanged for a root period."""
+        root = self.root
+        if root is None or self.local.status != Status.MEMBER:
+            return None
+        return root if now - self.changed_at >= self.local.config.root_every_s else None
+
+    # -- remembered peers ------------------------------------------------------------------------------
+
+    def remember(self, info: PeerInfo, now: float) -> None:
+        """A peer we buried for silence: ask it again later (it may be across a partition)."""
+        config = self.local.config
+        if config.remember_dead_s <= 0 or info.id == self.local.id:
+            return
+        wait = config.update_interval_s
+        self.remembered[info.id] = _Remembered((info.host, info.port), now, now + wait, wait)
+
+    def _ask_remembered(self, now: float) -> None:
+        local = self.local
+        keep = local.config.remember_dead_s
+        for ident in [i for i, r in self.remembered.items() if now - r.buried_at > keep]:
+            del self.remembered[ident]
+        mine = self.settled(now)
+        if mine is None:
+            return
+        due = sorted((r.next_at, i) for i, r in self.remembered.items() if r.next_at <= now)
+        for _, ident in due[:MAX_REUNITES_PER_TICK]:
+            entry = self.remembered[ident]
+            entry.wait_s = min(2 * entry.wait_s, MAX_WAIT_PERIODS * local.config.update_interval_s)
+            entry.next_at = now + entry.wait_s
+            nonce = local.rng.getrandbits(32)
+            local.send(entry.address, Reunite(nonce, mine, local.info(), False))
+            self.reunites_sent += 1
+
+    # -- meeting another overlay -----------------------------------------------------------------------
+
+    def on_reunite(self, addr: Address, message: Reunite, now: float) -> None:
+        local = self.local
+        mine = self.settled(now)
+        if not message.answer:
+            me = None if mine is None else local.info()
+            local.send(addr, Reunite(message.nonce, mine, me, True))
+        theirs, contact = message.root, message.me
+        if mine is None or theirs is None or contact is None or not contact.lo:
+            return
+        if _key(theirs) != _key(mine) and loses(mine, theirs, local.config.merge_size_ratio):
+            self._dissolve(theirs, (contact,), "met", now)
+
+    def on_dissolve(self, message: Dissolve, now: float) -> None:
+        mine = self.root
+        if self.local.status != Status.MEMBER or mine is None:
+            return
+        winner = message.winner
+        if _key(winner) != _key(mine) and loses(mine, winner, self.local.config.merge_size_ratio):
+            self._dissolve(winner, message.contacts, "dissolve", now)
+
+    def _dissolve(self, winner: Root, contacts: Sequence[PeerInfo], why: str, now: float) -> None:
+        """Our overlay loses: tell our neighbours, and rejoin through the winner's contacts."""
+        local = self.local
+        assert self.root is not None
+        self.merges += 1
+        local.emit(Merging(now, local.id, self.root.id, winner.id, why))
+        notice = Dissolve(winner, tuple(contacts[:MAX_CONTACTS]))
+        for addr in self.table.addresses():
+            local.send(addr, notice)
+        self._rejoin([(c.host, c.port) for c in contacts], now)
