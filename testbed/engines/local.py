@@ -15,6 +15,7 @@ from typing import Any, Self
 from node.config import config_to_dict
 from node.control import request_when_up
 from node.peer import NodeConfig
+from testbed.net import nsenter_argv
 from testbed.runs import write_json
 
 __all__ = ["LocalPeer", "free_udp_port"]
@@ -61,15 +62,20 @@ class LocalPeer:
         *,
         join: list[tuple[str, int]] | None = None,
         seed: int = 0,
+        netns: str | None = None,
+        address: tuple[str, int] | None = None,
     ) -> None:
+        """netns and address: run it in that network namespace, bound there (an
+        emulated host: testbed/tools/ipfuzz.py)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self.address = ("127.0.0.1", free_udp_port())
+        self.address = address if address is not None else ("127.0.0.1", free_udp_port())
         self.control = str(folder / f"{name}.ctl")
         self.log = folder / f"{name}.jsonl"
         config_path = folder / f"{name}.json"
         write_json(config_path, config_to_dict(config))
         argv = [
+            *([] if netns is None else nsenter_argv(netns)),
             sys.executable, "-m", "node",
             "--name", name,
             "--bind", f"{self.address[0]}:{self.address[1]}",

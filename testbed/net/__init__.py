@@ -45,6 +45,7 @@ __all__ = [
     "local_cluster_up",
     "netns_of_run",
     "new_run_id",
+    "nsenter_argv",
     "open_cluster_wan",
     "open_wan",
     "parse_target",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from testbed.net._host import EmuHost as EmuHost
     from testbed.net._netns import entered_netns as entered_netns
     from testbed.net._netns import list_netns as list_netns
+    from testbed.net._netns import nsenter_argv as nsenter_argv
     from testbed.net._plan import NetworkPlan as NetworkPlan
     from testbed.net._plan import new_run_id as new_run_id
     from testbed.net._plan import plan_network as plan_network
@@ -107,6 +109,7 @@ _LAZY = {
     "AccessLink": "testbed.net._shaping",
     "entered_netns": "testbed.net._netns",
     "list_netns": "testbed.net._netns",
+    "nsenter_argv": "testbed.net._netns",
     "list_runs": "testbed.net._registry",
     "netns_of_run": "testbed.net._clean",
     "Calibration": "testbed.net._wan",

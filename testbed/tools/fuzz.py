@@ -172,7 +172,16 @@ def _overlay_messages(
     many: tuple[PeerInfo, ...],
     small: int,
 ) -> list[Callable[[], Message]]:
-    """The CAN overlay's messages (membership, joins, takeover, routing)."""
+    """The CAN overlay's messages (membership, joins, takeover, routing, merging)."""
+
+    def root() -> wire.Root:
+        return wire.Root(
+            rng.choice([0, 1, -1, small]),
+            rng.choice([0, small, -1, 2**63]),
+            rng.choice([0, small]),
+            _float(rng, 0, 1e4),
+        )
+
     return [
         lambda: Update(
             info,
@@ -181,7 +190,12 @@ def _overlay_messages(
                 Tombstone(rng.getrandbits(48), small, info.lo, info.hi, info.path)
                 for _ in range(rng.choice([0, 2]))
             ),
+            rng.choice([None, root()]),
         ),
+        lambda: wire.Reunite(
+            small, rng.choice([None, root()]), rng.choice([None, info]), rng.random() < 0.5
+        ),
+        lambda: wire.Dissolve(root(), many),
         lambda: JoinRequest(small, info, rng.randrange(0, 1000), rng.choice([0, 1, 7, -1, small])),
         lambda: JoinAccept(small, info, many),
         lambda: JoinRetry(small, rng.choice(["busy", "conflict", "x" * 500])),
