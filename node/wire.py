@@ -260,9 +260,12 @@ class ProbeReply(msgspec.Struct, tag=10, array_like=True, frozen=True):
 
 
 class Evicted(msgspec.Struct, tag=11, array_like=True, frozen=True):
-    """You were declared dead and your zone was taken over; rejoin as a new node."""
+    """You were declared dead and your zone was taken over; rejoin as a new node.
+    `root`: the sender's overlay (node/can/reunion.py); from another overlay this is
+    no eviction but a meeting of two overlays."""
 
     instance: int
+    root: Root | None = None
 
 
 class Lookup(msgspec.Struct, tag=12, array_like=True, frozen=True):

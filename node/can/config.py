@@ -62,7 +62,7 @@ class CanConfig:
     # merge before the roots' ids do.
     remember_dead_s: float = 300.0
     root_period_s: float | None = None
-    merge_size_ratio: float = 4.0
+    merge_size_ratio: float = 8.0
 
     def __post_init__(self) -> None:
         if self.busy_timeout_s is None:

@@ -196,7 +196,7 @@ class CanOverlay:
             Probe: lambda sender, addr, m, now: self._on_probe(addr, m),
             JoinAccept: lambda sender, addr, m, now: self._join.on_join_accept(addr, m, now),
             JoinRetry: lambda sender, addr, m, now: self._join.on_join_retry(m, now),
-            Evicted: lambda sender, addr, m, now: self._on_evicted(sender, now),
+            Evicted: lambda sender, addr, m, now: self._on_evicted(sender, addr, m, now),
             Reunite: lambda sender, addr, m, now: self._reunion.on_reunite(addr, m, now),
         }
         self._members_only: dict[type[Any], _Handler] = {
@@ -504,7 +504,9 @@ class CanOverlay:
             known.direct_at = known.spoke_at = now  # any datagram is a sign of life
         if sender in table.tombstones and not isinstance(message, JoinRequest):
             # seed 002 §6.1: news from a node we buried is stale; tell it.
-            self._local.send(addr, Evicted(table.tombstones[sender][0].instance))
+            self._local.send(
+                addr, Evicted(table.tombstones[sender][0].instance, self._reunion.root)
+            )
             return None
         handler = self._members_only.get(type(message))
         if handler is not None:
@@ -527,12 +529,14 @@ class CanOverlay:
             return
         table, takeover = self._table, self._takeover
         if update.root is not None:
+            if self._reunion.meet(update.root, me, now):
+                return  # a member of another overlay: the overlays merge instead
             self._reunion.on_root(update.root, now)
         learned = table.take_summaries(sender, update, now)
         # Beyond news of peers, a burial needs a full recomputation of the direct set.
         changed = table.take_tombstones(update.tombstones, now)
         if changed is None:
-            self._on_evicted(sender, now)
+            self._on_evicted(sender, (me.host, me.port), Evicted(0), now)
             return
         if changed:
             table.recompute_direct(now)
@@ -551,15 +555,27 @@ class CanOverlay:
         if self._table.take_probe_reply(sender, reply, now):
             self._takeover.repair(now)
 
-    def _rejoin(self, bootstraps: Sequence[Address], now: float) -> None:
-        """Our overlay dissolves into another (reunion.py): join it as a new node."""
-        self._local.set_status(Status.IDLE)
-        self.join(bootstraps, now)
+    def _rejoin(self, bootstraps: Sequence[Address], now: float, wait_s: float) -> None:
+        """Our overlay dissolves into another (reunion.py): join it as a new node, after
+        `wait_s` (the first attempt is a retry due then)."""
+        local = self._local
+        local.set_status(Status.IDLE)
+        contacts = [(b[0], b[1]) for b in bootstraps if tuple(b) != local.address]
+        if wait_s <= 0 or not contacts:
+            self.join(contacts, now)
+            return
+        self._reset_membership()
+        self._join.bootstraps = contacts
+        local.set_status(Status.JOINING)
+        self._join.attempts = 0
+        self._join.retry_at = now + wait_s  # the first attempt, as a retry due then
 
-    def _on_evicted(self, sender: int, now: float) -> None:
+    def _on_evicted(self, sender: int, addr: Address, message: Evicted, now: float) -> None:
         local = self._local
         if not local.in_overlay():
             return
+        if self._reunion.another_overlay(message.root, addr, now):
+            return  # not our overlay's verdict: the two overlays meet instead
         local.emit(EvictedEvent(now, local.id, sender))
         known = self._table.known.values()
         bootstraps = [(k.info.host, k.info.port) for k in known] or self._join.bootstraps

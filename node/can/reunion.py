@@ -22,13 +22,21 @@
 #     address, for remember_dead_s, and sent a Reunite 1, 2, 4, 8, 8, ... update
 #     periods apart after the burial. A peer answers every Reunite with its root and
 #     its info, if it is a member whose root has not changed for a root period.
-#   * Two such members whose roots differ decide which overlay dissolves, both
-#     the same way (`loses`): the one whose root's size is merge_size_ratio
-#     times smaller, else the one whose root has the larger (epoch, id). As long
+#   * Two such members whose roots differ, and where the contact's zone overlaps
+#     ours or a direct neighbour's (the evidence of two overlays: different roots
+#     alone may be an election still spreading), decide which overlay dissolves,
+#     both the same way (`loses`): the one whose root's size (smoothed over its
+#     beats) is merge_size_ratio times smaller, else the one whose root has the larger (epoch, id). As long
 #     as one side still has the old root, every pair decides alike. A peer of
 #     the losing overlay sends a Dissolve (the winner's root, contacts) to its
 #     direct neighbours, who pass it on, and rejoins through the contacts as a
-#     new node; so does every member of the losing overlay as it reaches them.
+#     new node; so does every member of the losing overlay as it reaches them,
+#     each after a random wait (the overlay's size / JOINS_PER_S at most), so that
+#     hundreds of joins do not all contend at once.
+#
+#   * Two overlays also meet through an update from a member of the other (learnt by
+#     a probe, say) and through an Evicted from one (it buried us while apart): both
+#     carry the sender's root, and become the same decision (`meet`, `another_overlay`).
 #
 # Rules
 #   1. Only members decide, and only when both roots have been the same for a
@@ -42,6 +50,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from node.can.geometry import overlap
 from node.can.local import Address, LocalNode
 from node.can.neighbours import NeighbourTable
 from node.can.status import Status
@@ -54,6 +63,12 @@ __all__ = ["ROOT_MAX_AGE", "Reunion", "check_dissolve", "check_reunite", "loses"
 ROOT_MAX_AGE = 4
 # A remembered peer is asked again after 1, 2, 4, 8, 8, ... update periods.
 MAX_WAIT_PERIODS = 8
+# The root's size estimate: an exponential average over its beats, this weight to the new.
+SIZE_SMOOTHING = 0.25
+# A dissolving overlay's members rejoin spread over size / JOINS_PER_S seconds, at most
+# MAX_SPREAD_PERIODS update periods.
+JOINS_PER_S = 50.0
+MAX_SPREAD_PERIODS = 5
 # Reunites sent per update period at most, and contacts a Dissolve carries at most.
 MAX_REUNITES_PER_TICK = 4
 MAX_CONTACTS = 4
@@ -112,7 +127,7 @@ class Reunion:
         self,
         local: LocalNode,
         table: NeighbourTable,
-        rejoin: Callable[[Sequence[Address], float], None],
+        rejoin: Callable[[Sequence[Address], float, float], None],
     ) -> None:
         self.local = local
         self.table = table
@@ -181,7 +196,10 @@ class Reunion:
                 self._claim(0, now)  # nobody told us of one: an overlay of our own
         elif root.id == local.id:
             if now >= self.next_beat:
-                self.root = Root(root.epoch, local.id, root.seq + 1, self._size())
+                # A local estimate is noisy (zones differ in size by factors of a few):
+                # smoothed over the beats, so that two overlays compare alike for a while.
+                size = SIZE_SMOOTHING * self._size() + (1 - SIZE_SMOOTHING) * root.size
+                self.root = Root(root.epoch, local.id, root.seq + 1, round(size, 1))
                 self.next_beat = now + period
         elif now - self.advanced_at > ROOT_MAX_AGE * period:
             self.dropped[_key(root)] = root.seq
@@ -232,11 +250,51 @@ class Reunion:
         if not message.answer:
             me = None if mine is None else local.info()
             local.send(addr, Reunite(message.nonce, mine, me, True))
-        theirs, contact = message.root, message.me
-        if mine is None or theirs is None or contact is None or not contact.lo:
-            return
-        if _key(theirs) != _key(mine) and loses(mine, theirs, local.config.merge_size_ratio):
+        if message.root is not None and message.me is not None:
+            self.meet(message.root, message.me, now)
+
+    def meet(self, theirs: Root, contact: PeerInfo, now: float) -> bool:
+        """A member of another overlay, maybe (a Reunite, an update from a peer whose root
+        differs): if it is (rule 1, and the contact's zone overlaps ours or a direct
+        neighbour's), the two overlays decide; we dissolve, or we win and tell it so
+        (a Reunite, on which it decides). Returns True if it was another overlay."""
+        mine = self.settled(now)
+        if mine is None or not contact.lo or _key(theirs) == _key(mine):
+            return False
+        if not self._overlaps_ours(contact):
+            return False
+        if loses(mine, theirs, self.local.config.merge_size_ratio):
             self._dissolve(theirs, (contact,), "met", now)
+        else:
+            local = self.local
+            nonce = local.rng.getrandbits(32)
+            local.send((contact.host, contact.port), Reunite(nonce, mine, local.info(), True))
+        return True
+
+    def another_overlay(self, root: Root | None, addr: Address, now: float) -> bool:
+        """An Evicted from a peer whose root differs from ours: no verdict of our overlay
+        but a peer of another, which buried us while apart. We show ourselves (a
+        Reunite, which it answers, and both decide) instead of rejoining."""
+        mine = self.settled(now)
+        if root is None or mine is None or _key(root) == _key(mine):
+            return False
+        local = self.local
+        local.send(addr, Reunite(local.rng.getrandbits(32), mine, local.info(), False))
+        return True
+
+    def _overlaps_ours(self, contact: PeerInfo) -> bool:
+        """The evidence of two overlays: the contact's zone overlaps ours or a direct
+        neighbour's. Different roots alone are not (an election spreading through one
+        overlay leaves its members with different roots for a while), and in one
+        overlay zones never overlap."""
+        local, table = self.local, self.table
+        if overlap(local.lo, local.hi, contact.lo, contact.hi):
+            return True
+        for ident in table.direct:
+            info = table.known[ident].info
+            if ident != contact.id and overlap(info.lo, info.hi, contact.lo, contact.hi):
+                return True
+        return False
 
     def on_dissolve(self, message: Dissolve, now: float) -> None:
         mine = self.root
@@ -255,4 +313,9 @@ class Reunion:
         notice = Dissolve(winner, tuple(contacts[:MAX_CONTACTS]))
         for addr in self.table.addresses():
             local.send(addr, notice)
-        self._rejoin([(c.host, c.port) for c in contacts], now)
+        # The losing overlay's members all rejoin at once: spread them, about JOINS_PER_S
+        # a second by its root's size estimate (joins into one neighbourhood contend).
+        spread = min(
+            MAX_SPREAD_PERIODS * local.config.update_interval_s, self.root.size / JOINS_PER_S
+        )
+        self._rejoin([(c.host, c.port) for c in contacts], now, local.rng.uniform(0.0, spread))
