@@ -54,8 +54,6 @@ def fuzz(
             result = fuzz_through_wan(folder, count=count, seed=seed, progress=advance)
         else:
             result = fuzz_local_peer(folder, count=count, seed=seed, grid_key=key, progress=advance)
-        result.setdefault("counted", result["rx_delta"])
-        result.setdefault("crashes", 0 if result["alive"] else 1)
     write_json(folder / "summary.json", result)
     if as_json:
         print(json.dumps(result))

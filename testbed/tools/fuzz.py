@@ -76,7 +76,14 @@ from testbed.engines.local import LocalPeer
 from testbed.engines.peers import build_node_config
 from testbed.spec import NodeSpec
 
-__all__ = ["FuzzResult", "datagrams", "fuzz_local_peer", "fuzz_peer"]
+__all__ = [
+    "FuzzResult",
+    "counters_after",
+    "datagrams",
+    "fuzz_local_peer",
+    "fuzz_peer",
+    "fuzz_result",
+]
 
 BATCH = 256  # datagrams between two checks of the peer's counters
 
@@ -383,21 +390,47 @@ def fuzz_peer(
                 if progress is not None:
                     progress(sent)
     seconds = time.monotonic() - t0
+    after, alive = counters_after(stats, before)
+    return fuzz_result(before, after, count, by_kind, {}, lost, alive, seconds)
+
+
+def counters_after(
+    stats: Callable[[], dict[str, Any]], before: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """The peer's counters at the end, and whether it answered (else `before`, False)."""
     try:
-        after = stats()
-        alive = True
+        return stats(), True
     except Exception:
-        after, alive = before, False
+        return before, False
+
+
+def fuzz_result(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    count: int,
+    by_kind: Counter[str],
+    elsewhere: dict[str, int],
+    lost: int,
+    alive: bool,
+    seconds: float,
+) -> FuzzResult:
+    """The result from the peer's counters before and after, and what was dropped before
+    it (`elsewhere`: by a kernel or the WAN, ipfuzz.py). `counted`: every datagram
+    accounted for, wherever it was dropped; `crashes`: 1 if the peer did not survive."""
     drops = {k[5:]: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("drop.")}
     rx_delta = after.get("rx", 0) - before.get("rx", 0)
     accepted = after.get("accepted", 0) - before.get("accepted", 0)
+    counted = rx_delta + sum(elsewhere.values())
     return FuzzResult(
         sent=count,
+        counted=counted,
+        crashes=0 if alive else 1,
         by_kind=dict(sorted(by_kind.items())),
         rx_delta=rx_delta,
         accepted=accepted,
         dropped=drops,
-        uncounted=count - rx_delta,
+        dropped_elsewhere=elsewhere,
+        uncounted=count - counted,
         unexplained=rx_delta - accepted - sum(drops.values()),
         lost_in_kernel=lost,
         alive=alive,

@@ -31,7 +31,7 @@ from node.wire import Codec, PathEntry, PeerInfo, Update
 from testbed.engines.local import LocalPeer
 from testbed.engines.peers import build_node_config
 from testbed.spec import NodeSpec
-from testbed.tools.fuzz import FuzzResult, datagrams
+from testbed.tools.fuzz import FuzzResult, counters_after, datagrams, fuzz_result
 
 __all__ = ["IP_KINDS", "fuzz_through_wan"]
 
@@ -244,13 +244,9 @@ def fuzz_through_wan(
                 udp.close()
                 raw.close()
             seconds = time.monotonic() - t0
-            try:
-                after = stats()
-                alive = True
-            except Exception:
-                after, alive = before, False
+            after, alive = counters_after(stats, before)
             elsewhere = dict(sorted((k, v) for k, v in (dropped() - kernel0).items() if v))
-            result = _result(before, after, count, by_kind, elsewhere, lost, alive, seconds)
+            result = fuzz_result(before, after, count, by_kind, elsewhere, lost, alive, seconds)
             result["status_after"] = peer.ask("status")["status"] if alive else None
             result["exit_code"] = peer.stop()
     result["alive"] = result["alive"] and result["exit_code"] == 0
@@ -288,36 +284,3 @@ def _catch_up(accounted: Callable[[], int], target: int, timeout_s: float) -> in
             return target - done
         time.sleep(0.005)
     return 0
-
-
-def _result(
-    before: dict[str, Any],
-    after: dict[str, Any],
-    count: int,
-    by_kind: Counter[str],
-    elsewhere: dict[str, int],
-    lost: int,
-    alive: bool,
-    seconds: float,
-) -> FuzzResult:
-    drops = {k[5:]: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("drop.")}
-    rx_delta = after.get("rx", 0) - before.get("rx", 0)
-    accepted = after.get("accepted", 0) - before.get("accepted", 0)
-    counted = rx_delta + sum(elsewhere.values())
-    return FuzzResult(
-        sent=count,
-        counted=counted,
-        crashes=0 if alive else 1,
-        by_kind=dict(sorted(by_kind.items())),
-        rx_delta=rx_delta,
-        accepted=accepted,
-        dropped=drops,
-        dropped_elsewhere=elsewhere,
-        uncounted=count - counted,
-        unexplained=rx_delta - accepted - sum(drops.values()),
-        lost_in_kernel=lost,
-        alive=alive,
-        seconds=round(seconds, 2),
-        datagrams_per_s=round(count / seconds, 1) if seconds > 0 else None,
-        rss_kb=after.get("rss_kb"),
-    )
