@@ -139,8 +139,6 @@ class Reunion:
         self.next_beat = 0.0  # as the root: when seq advances next
         self.dropped: dict[tuple[int, int], int] = {}  # roots dropped -> their seq then
         self.remembered: dict[int, _Remembered] = {}
-        self.reunites_sent = 0
-        self.merges = 0
 
     # -- the root --------------------------------------------------------------------------------------
 
@@ -240,7 +238,6 @@ class Reunion:
             entry.next_at = now + entry.wait_s
             nonce = local.rng.getrandbits(32)
             local.send(entry.address, Reunite(nonce, mine, local.info(), False))
-            self.reunites_sent += 1
 
     # -- meeting another overlay -----------------------------------------------------------------------
 
@@ -308,7 +305,6 @@ class Reunion:
         """Our overlay loses: tell our neighbours, and rejoin through the winner's contacts."""
         local = self.local
         assert self.root is not None
-        self.merges += 1
         local.emit(Merging(now, local.id, self.root.id, winner.id, why))
         notice = Dissolve(winner, tuple(contacts[:MAX_CONTACTS]))
         for addr in self.table.addresses():
