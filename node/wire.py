@@ -170,6 +170,9 @@ class Root(msgspec.Struct, array_like=True, frozen=True):
     id: int
     seq: int  # advanced by the root every root period
     size: float  # the root's estimate of the overlay's member count
+    # The sender lost this root's heartbeat lately and got it back (it was cut off
+    # from the root: on the side of a partition that must dissolve).
+    cut: bool = False
 
 
 class Update(msgspec.Struct, tag=1, array_like=True, frozen=True):

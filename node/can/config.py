@@ -15,7 +15,11 @@ from typing import Literal
 from node.can.geometry import Space
 from node.fields import FieldError, check_positive
 
-__all__ = ["CanConfig"]
+__all__ = ["ROOT_MAX_AGE", "CanConfig"]
+
+# A root whose heartbeat has not advanced for this many root periods is dropped
+# (node/can/reunion.py).
+ROOT_MAX_AGE = 4
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,8 @@ class CanConfig:
     per_source_table: int = 4096
     # Overlay merge (node/can/reunion.py, docs/can.md): peers buried for silence are
     # probed again for this long (0: never; no merge after a partition); the root's
-    # heartbeat period (None: five update periods); the size ratio that decides a
-    # merge before the roots' ids do.
+    # heartbeat period (None: half an update period; four of them must be shorter than
+    # suspect_after_s); the size ratio that decides a merge before the roots' ids do.
     remember_dead_s: float = 300.0
     root_period_s: float | None = None
     merge_size_ratio: float = 8.0
@@ -70,7 +74,7 @@ class CanConfig:
         if self.forget_after_s is None:
             object.__setattr__(self, "forget_after_s", 5 * self.update_interval_s)
         if self.root_period_s is None:
-            object.__setattr__(self, "root_period_s", 5 * self.update_interval_s)
+            object.__setattr__(self, "root_period_s", self.update_interval_s / 2)
         check_positive(
             "can",
             self,
@@ -107,6 +111,13 @@ class CanConfig:
                 "can",
                 "suspect_after_s",
                 "must exceed update_interval_s, or live neighbours get suspected",
+            )
+        if ROOT_MAX_AGE * self.root_every_s >= self.suspect_after_s:
+            raise FieldError(
+                "can",
+                "root_period_s",
+                f"{ROOT_MAX_AGE} root periods must be shorter than suspect_after_s, or a side cut off"
+                " from its root buries the other side before it knows (docs/can.md)",
             )
         rate, burst = self.per_source_per_s, self.per_source_burst
         if not (isinstance(rate, int | float) and math.isfinite(rate) and rate >= 0):

@@ -55,7 +55,7 @@ from node.wire import (
     PeerInfo,
 )
 
-__all__ = ["MAX_ACCEPT_NEIGHBOURS", "MAX_QUEUED_JOINS", "JoinService"]
+__all__ = ["MAX_ACCEPT_NEIGHBOURS", "MAX_QUEUED_JOINS", "NO_ROUTE", "NOT_MEMBER", "JoinService"]
 
 # Join requests an owner keeps while its neighbourhood is busy.
 MAX_QUEUED_JOINS = 16
@@ -63,6 +63,10 @@ MAX_QUEUED_JOINS = 16
 MAX_ACCEPT_NEIGHBOURS = 48
 # Our recent join requests remembered (an accept for one of them is still taken).
 MAX_ATTEMPTS = 8
+# The reason a peer out of the overlay gives a join routed to it.
+NOT_MEMBER = "not a member"
+# The reason a member that knows no way on towards the joiner's point gives.
+NO_ROUTE = "no route"
 
 
 @dataclass
@@ -94,6 +98,10 @@ class JoinService:
         self.conflicts = conflicts
         # the joiner's side
         self.bootstraps: list[Address] = []
+        # Bootstraps through which an attempt timed out: tried again only once every
+        # other one has (after a partition or a merge, many we know are not members).
+        self.failed: set[Address] = set()
+        self._via: Address | None = None
         self.attempts = 0  # attempts of this join (ranks its requests)
         self._join_req = 0
         self._requests: dict[int, int] = {}  # our recent join requests: req -> the id it used
@@ -122,6 +130,8 @@ class JoinService:
         if now >= self.retry_at:
             self.try_join(now)
         elif now >= self.deadline:
+            if self._via is not None:
+                self.failed.add(self._via)
             self.retry_later(now, "timeout")
 
     def resend_accepts(self, now: float) -> None:
@@ -152,7 +162,11 @@ class JoinService:
             del self._requests[next(iter(self._requests))]
         self.attempts += 1
         self.retry_at = math.inf
-        bootstrap = self.bootstraps[local.rng.randrange(len(self.bootstraps))]
+        choices = [b for b in self.bootstraps if b not in self.failed]
+        if not choices:
+            self.failed.clear()
+            choices = self.bootstraps
+        bootstrap = self._via = choices[local.rng.randrange(len(choices))]
         joiner = PeerInfo(local.id, local.address[0], local.address[1], 0, local.point, (), (), ())
         local.send(bootstrap, JoinRequest(self._join_req, joiner, 0, self.attempts))
         self.deadline = now + local.config.join_timeout_s
@@ -217,9 +231,14 @@ class JoinService:
             you.lo, you.hi, you.path, you.instance, [n for n in neighbors if n is not None], now
         )
 
-    def on_join_retry(self, retry: JoinRetry, now: float) -> None:
+    def on_join_retry(self, addr: Address, retry: JoinRetry, now: float) -> None:
         """A joiner told to retry (our request), or a joiner declining our accept."""
         if self.local.status == Status.JOINING and retry.req == self._join_req:
+            if retry.reason in (NOT_MEMBER, NO_ROUTE) and addr == self._via:
+                # A bootstrap out of the overlay, or in a part of it that cannot route
+                # (after a partition, a merge): no reason to back off; the next one now.
+                self.failed.add(addr)
+                self.attempts -= 1
             self.retry_later(now, retry.reason)
         elif retry.req in self.pending_accept and self.local.in_overlay():
             self._reclaim(retry.req, now, "declined our accept")
@@ -252,7 +271,7 @@ class JoinService:
             self._serve(request, serve_by, now)
             return
         if hop is None or request.hops >= local.config.max_hops:
-            local.send(reply_to, JoinRetry(request.req, "no route"))
+            local.send(reply_to, JoinRetry(request.req, NO_ROUTE))
             return
         target = self.table.known[hop].info
         local.send(

@@ -502,7 +502,8 @@ class NeighbourTable:
                 return True
             return False
         self.suspects.pop(sender, None)
-        self.learn(reply.me, now, direct=True)
+        if self.learn(reply.me, now, direct=True):
+            self.refresh_direct([sender], now)
         return False
 
     def expire(self, now: float) -> None:

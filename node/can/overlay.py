@@ -50,7 +50,7 @@ from typing import Any
 from node.can.config import CanConfig
 from node.can.conflicts import MAX_RANK, Command, ConflictProtocol
 from node.can.geometry import Space
-from node.can.join import JoinService
+from node.can.join import NOT_MEMBER, JoinService
 from node.can.local import Address, LocalNode
 from node.can.neighbours import Known, NeighbourTable
 from node.can.reunion import Reunion, check_dissolve, check_reunite
@@ -195,7 +195,7 @@ class CanOverlay:
         self._any_status: dict[type[Any], _Handler] = {
             Probe: lambda sender, addr, m, now: self._on_probe(addr, m),
             JoinAccept: lambda sender, addr, m, now: self._join.on_join_accept(addr, m, now),
-            JoinRetry: lambda sender, addr, m, now: self._join.on_join_retry(m, now),
+            JoinRetry: lambda sender, addr, m, now: self._join.on_join_retry(addr, m, now),
             Evicted: lambda sender, addr, m, now: self._on_evicted(sender, addr, m, now),
             Reunite: lambda sender, addr, m, now: self._reunion.on_reunite(addr, m, now),
         }
@@ -497,6 +497,12 @@ class CanOverlay:
             handler(sender, addr, message, now)
             return None
         if not self._local.in_overlay():
+            if type(message) is JoinRequest:
+                # Routed to us while we are out (rejoining, say): the joiner tries again
+                # now rather than after its timeout.
+                joiner = message.joiner
+                self._local.send((joiner.host, joiner.port), JoinRetry(message.req, NOT_MEMBER))
+                self._local.send(addr, ProbeReply(0, None))  # and the router buries us
             return None
         table = self._table
         known = table.known.get(sender)
@@ -505,7 +511,7 @@ class CanOverlay:
         if sender in table.tombstones and not isinstance(message, JoinRequest):
             # seed 002 §6.1: news from a node we buried is stale; tell it.
             self._local.send(
-                addr, Evicted(table.tombstones[sender][0].instance, self._reunion.root)
+                addr, Evicted(table.tombstones[sender][0].instance, self._reunion.word())
             )
             return None
         handler = self._members_only.get(type(message))
@@ -542,6 +548,10 @@ class CanOverlay:
             table.recompute_direct(now)
         elif learned:
             table.refresh_direct(learned, now)
+        elif sender not in table.direct:
+            # News of it we took elsewhere (a lookup's answer, say) and never checked
+            # against our zone: a neighbour we would never list, nor cover our face with.
+            table.refresh_direct([sender], now)
         if takeover.taken:
             takeover.give_back(now)
         if changed or learned:
@@ -551,6 +561,13 @@ class CanOverlay:
             # Answer with our state (and no summaries, so this is never answered).
             self._local.send((me.host, me.port), Update(self._local.info(), (), ()))
 
+    def _say_out(self) -> None:
+        """We leave the overlay without a MERGE (evicted, or our overlay dissolves): our
+        direct neighbours bury us at once (the answer to a probe from a peer out of the
+        overlay) instead of routing to us until they find us silent."""
+        for addr in self._table.addresses():
+            self._local.send(addr, ProbeReply(0, None))
+
     def _on_probe_reply(self, sender: int, reply: ProbeReply, now: float) -> None:
         if self._table.take_probe_reply(sender, reply, now):
             self._takeover.repair(now)
@@ -559,6 +576,7 @@ class CanOverlay:
         """Our overlay dissolves into another (reunion.py): join it as a new node, after
         `wait_s` (the first attempt is a retry due then)."""
         local = self._local
+        self._say_out()
         local.set_status(Status.IDLE)
         contacts = [(b[0], b[1]) for b in bootstraps if tuple(b) != local.address]
         if wait_s <= 0 or not contacts:
@@ -577,8 +595,10 @@ class CanOverlay:
         if self._reunion.another_overlay(message.root, addr, now):
             return  # not our overlay's verdict: the two overlays meet instead
         local.emit(EvictedEvent(now, local.id, sender))
+        self._say_out()
         known = self._table.known.values()
-        bootstraps = [(k.info.host, k.info.port) for k in known] or self._join.bootstraps
+        # The evicter is a member for sure; of the peers we know, many may not be.
+        bootstraps = [addr, *((k.info.host, k.info.port) for k in known)]
         local.set_status(Status.IDLE)
         self.join(bootstraps, now)
 

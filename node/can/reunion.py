@@ -21,7 +21,7 @@
 #   * Peers buried for silence (a probe unanswered) are remembered, with their
 #     address, for remember_dead_s, and sent a Reunite 1, 2, 4, 8, 8, ... update
 #     periods apart after the burial. A peer answers every Reunite with its root and
-#     its info, if it is a member whose root has not changed for a root period.
+#     its info, if it is a member whose root has not changed for ROOT_MAX_AGE root periods.
 #   * Two such members whose roots differ, and where the contact's zone overlaps
 #     ours or a direct neighbour's (the evidence of two overlays: different roots
 #     alone may be an election still spreading), decide which overlay dissolves,
@@ -37,6 +37,17 @@
 #   * Two overlays also meet through an update from a member of the other (learnt by
 #     a probe, say) and through an Evicted from one (it buried us while apart): both
 #     carry the sender's root, and become the same decision (`meet`, `another_overlay`).
+#   * A partition just long enough to bury peers across it may heal before every
+#     buried link is: the old root's heartbeat then flows back to the side that lost
+#     it, which takes it again, and two overlays hold one root. That side is known
+#     all the same: ROOT_MAX_AGE root periods are shorter than suspect_after_s
+#     (config), so every peer of it dropped the root before burying anyone, and a
+#     peer that takes a root it dropped back says so in its word (`cut`) for
+#     CUT_PERIODS update periods. Two members with the same root whose zones
+#     overlap decide by it: the one cut off dissolves (if both or neither were, no
+#     decision; two that met through a Reunite, one having buried the other, decide
+#     by id); a Dissolve of the same root takes the members that were cut off. A
+#     member with no root yet takes the winner's from a Dissolve (docs/can.md).
 #
 # Rules
 #   1. Only members decide, and only when both roots have been the same for a
@@ -50,6 +61,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
+from node.can.config import ROOT_MAX_AGE
 from node.can.geometry import overlap
 from node.can.local import Address, LocalNode
 from node.can.neighbours import NeighbourTable
@@ -59,8 +73,10 @@ from node.wire import Dissolve, PeerInfo, Reunite, Root, check_peer_info
 
 __all__ = ["ROOT_MAX_AGE", "Reunion", "check_dissolve", "check_reunite", "loses"]
 
-# A root whose heartbeat has not advanced for this many root periods is dropped.
-ROOT_MAX_AGE = 4
+# A peer with no root claims an overlay of its own after this many update periods.
+ALONE_PERIODS = 20
+# A peer that took back a root it dropped says so in its word for this many update periods.
+CUT_PERIODS = 30
 # A remembered peer is asked again after 1, 2, 4, 8, 8, ... update periods.
 MAX_WAIT_PERIODS = 8
 # The root's size estimate: an exponential average over its beats, this weight to the new.
@@ -76,6 +92,11 @@ MAX_CONTACTS = 4
 
 def _key(root: Root) -> tuple[int, int]:
     return (root.epoch, root.id)
+
+
+def _plain(root: Root) -> Root:
+    """The root's word without the sender's `cut` mark."""
+    return msgspec.structs.replace(root, cut=False) if root.cut else root
 
 
 def loses(mine: Root, theirs: Root, ratio: float) -> bool:
@@ -138,13 +159,18 @@ class Reunion:
         self.changed_at = 0.0  # when our root last changed
         self.next_beat = 0.0  # as the root: when seq advances next
         self.dropped: dict[tuple[int, int], int] = {}  # roots dropped -> their seq then
+        self.cut_until = -math.inf  # we took back a root we dropped: cut off till then
+        self.cut = False  # now <= cut_until, at our last tick
         self.remembered: dict[int, _Remembered] = {}
 
     # -- the root --------------------------------------------------------------------------------------
 
     def word(self) -> Root | None:
-        """What our updates say of the root."""
-        return self.root
+        """What our updates say of the root (with our `cut` mark)."""
+        root = self.root
+        if root is None or not self.cut:
+            return root
+        return msgspec.structs.replace(root, cut=True)
 
     def found(self, now: float) -> None:
         """We founded the overlay: its root at epoch 0."""
@@ -171,10 +197,15 @@ class Reunion:
         mine = self.root
         if root.id == self.local.id or _check_root(root) is not None:
             return
-        key = _key(root)
+        key, root = _key(root), _plain(root)
         if mine is None or key < _key(mine):
-            if root.seq <= self.dropped.get(key, -1):
-                return  # the echo of a root we dropped
+            dropped = self.dropped.get(key)
+            if dropped is not None:
+                if root.seq <= dropped:
+                    return  # the echo of a root we dropped
+                # It is back: we were cut off from it (a partition, healed).
+                self.cut_until = now + CUT_PERIODS * self.local.config.update_interval_s
+                self.cut = True
             self.root = root
             self.advanced_at = self.changed_at = now
         elif key == _key(mine) and root.seq > mine.seq:
@@ -188,9 +219,10 @@ class Reunion:
         period = local.config.root_every_s
         if self.member_since is None:
             self.member_since = now
+        self.cut = now <= self.cut_until
         root = self.root
         if root is None:
-            if now - self.member_since > ROOT_MAX_AGE * period:
+            if now - self.member_since > ALONE_PERIODS * local.config.update_interval_s:
                 self._claim(0, now)  # nobody told us of one: an overlay of our own
         elif root.id == local.id:
             if now >= self.next_beat:
@@ -204,14 +236,18 @@ class Reunion:
             if len(self.dropped) > 64:
                 del self.dropped[next(iter(self.dropped))]
             self._claim(root.epoch + 1, now)
+        self._note_overlapping(now)
         self._ask_remembered(now)
 
     def settled(self, now: float) -> Root | None:
-        """Our root if we may decide on it: a member's root unchanged for a root period."""
+        """Our word if we may decide on it: a member's root unchanged for as long as it
+        takes to drop one (an election still spreading could decide both ways)."""
         root = self.root
         if root is None or self.local.status != Status.MEMBER:
             return None
-        return root if now - self.changed_at >= self.local.config.root_every_s else None
+        if now - self.changed_at < ROOT_MAX_AGE * self.local.config.root_every_s:
+            return None
+        return self.word()
 
     # -- remembered peers ------------------------------------------------------------------------------
 
@@ -222,6 +258,23 @@ class Reunion:
             return
         wait = config.update_interval_s
         self.remembered[info.id] = _Remembered((info.host, info.port), now, now + wait, wait)
+
+    def _note_overlapping(self, now: float) -> None:
+        """Peers we know of (first-hand or by hearsay) whose zone overlaps ours: in one
+        overlay only stale news does, so ask them like the buried (their answer carries
+        their zone as it is now). A peer of another overlay that we only hear of, say
+        one whose zone holds up our takeovers, is met this way."""
+        local = self.local
+        if local.status != Status.MEMBER or not local.lo or local.config.remember_dead_s <= 0:
+            return
+        for ident, known in self.table.known.items():
+            info = known.info
+            if (
+                ident not in self.remembered
+                and info.lo
+                and overlap(local.lo, local.hi, info.lo, info.hi)
+            ):
+                self.remember(info, now)
 
     def _ask_remembered(self, now: float) -> None:
         local = self.local
@@ -248,24 +301,43 @@ class Reunion:
             me = None if mine is None else local.info()
             local.send(addr, Reunite(message.nonce, mine, me, True))
         if message.root is not None and message.me is not None:
-            self.meet(message.root, message.me, now)
+            self.meet(message.root, message.me, now, buried=True)
 
-    def meet(self, theirs: Root, contact: PeerInfo, now: float) -> bool:
+    def meet(self, theirs: Root, contact: PeerInfo, now: float, *, buried: bool = False) -> bool:
         """A member of another overlay, maybe (a Reunite, an update from a peer whose root
         differs): if it is (rule 1, and the contact's zone overlaps ours or a direct
         neighbour's), the two overlays decide; we dissolve, or we win and tell it so
         (a Reunite, on which it decides). Returns True if it was another overlay."""
         mine = self.settled(now)
-        if mine is None or not contact.lo or _key(theirs) == _key(mine):
+        if mine is None or not contact.lo:
             return False
-        if not self._overlaps_ours(contact):
+        if _key(theirs) == _key(mine):
+            local = self.local
+            if not overlap(local.lo, local.hi, contact.lo, contact.hi):
+                # One overlay. (Only our own zone counts here, which we know for sure:
+                # a neighbour's may be stale news, and one root would not tell it.)
+                return False
+            if theirs.cut != self.cut:
+                lost = self.cut
+            elif buried:
+                # Each buried the other, and we overlap: two overlays all the same, which
+                # the marks do not tell apart (both sides lost the root). The pair decides
+                # by id; the Dissolve then takes every member that was cut off.
+                lost = self.local.id > contact.id
+            else:
+                return False  # maybe a takeover race, which the takeover gives back
+        elif not self._overlaps_ours(contact):
             return False
-        if loses(mine, theirs, self.local.config.merge_size_ratio):
-            self._dissolve(theirs, (contact,), "met", now)
+        else:
+            lost = loses(mine, theirs, self.local.config.merge_size_ratio)
+        if lost:
+            self._dissolve(_plain(theirs), (contact,), "met", now)
         else:
             local = self.local
             nonce = local.rng.getrandbits(32)
-            local.send((contact.host, contact.port), Reunite(nonce, mine, local.info(), True))
+            local.send(
+                (contact.host, contact.port), Reunite(nonce, self.word(), local.info(), True)
+            )
         return True
 
     def another_overlay(self, root: Root | None, addr: Address, now: float) -> bool:
@@ -273,10 +345,12 @@ class Reunion:
         but a peer of another, which buried us while apart. We show ourselves (a
         Reunite, which it answers, and both decide) instead of rejoining."""
         mine = self.settled(now)
-        if root is None or mine is None or _key(root) == _key(mine):
+        if root is None or mine is None:
             return False
+        if _key(root) == _key(mine) and not (root.cut and not self.cut):
+            return False  # our overlay's verdict (or from the side that is not cut off)
         local = self.local
-        local.send(addr, Reunite(local.rng.getrandbits(32), mine, local.info(), False))
+        local.send(addr, Reunite(local.rng.getrandbits(32), self.word(), local.info(), False))
         return True
 
     def _overlaps_ours(self, contact: PeerInfo) -> bool:
@@ -295,23 +369,35 @@ class Reunion:
 
     def on_dissolve(self, message: Dissolve, now: float) -> None:
         mine = self.root
-        if self.local.status != Status.MEMBER or mine is None:
+        if self.local.status != Status.MEMBER:
             return
-        winner = message.winner
-        if _key(winner) != _key(mine) and loses(mine, winner, self.local.config.merge_size_ratio):
+        winner = _plain(message.winner)
+        if mine is None:
+            # We joined lately and have not heard of our root yet. Most likely we joined
+            # the winner (the Dissolve comes from a loser next to us): take its root. If
+            # we joined the loser, we are soon alone, drop the root, and meet the winner
+            # as another overlay. (Dissolving here made joiners into the winner dissolve
+            # over and over: one peer 208 times in 20 s.)
+            self.on_root(winner, now)
+            return
+        if _key(winner) == _key(mine):
+            lost = self.cut  # the side cut off from this same root dissolves
+        else:
+            lost = loses(mine, winner, self.local.config.merge_size_ratio)
+        if lost:
             self._dissolve(winner, message.contacts, "dissolve", now)
 
     def _dissolve(self, winner: Root, contacts: Sequence[PeerInfo], why: str, now: float) -> None:
         """Our overlay loses: tell our neighbours, and rejoin through the winner's contacts."""
-        local = self.local
-        assert self.root is not None
-        local.emit(Merging(now, local.id, self.root.id, winner.id, why))
+        local, root = self.local, self.root
+        local.emit(Merging(now, local.id, 0 if root is None else root.id, winner.id, why))
         notice = Dissolve(winner, tuple(contacts[:MAX_CONTACTS]))
         for addr in self.table.addresses():
             local.send(addr, notice)
         # The losing overlay's members all rejoin at once: spread them, about JOINS_PER_S
         # a second by its root's size estimate (joins into one neighbourhood contend).
         spread = min(
-            MAX_SPREAD_PERIODS * local.config.update_interval_s, self.root.size / JOINS_PER_S
+            MAX_SPREAD_PERIODS * local.config.update_interval_s,
+            (1.0 if root is None else root.size) / JOINS_PER_S,
         )
         self._rejoin([(c.host, c.port) for c in contacts], now, local.rng.uniform(0.0, spread))

@@ -120,6 +120,7 @@ class Executor:
         # overlay of its own, and joiners get bootstraps on their side.
         self.sides: list[set[int]] | None = None
         self.heals: list[float] = []  # when each partition was healed
+        self.cuts: list[float] = []  # when each partition began
         self.shift_s = 0.0  # what strict checks delayed the rest of the script by
         self.waits_s: list[float] = []
 
@@ -265,6 +266,7 @@ class Executor:
         extra: dict[str, Any] = {}
         if verb == "partition":
             self.engine.partition(groups)
+            self.cuts.append(self.engine.now)
             named = {h for group in groups for h in group}
             rest = set(range(len(self.index))) - named
             self.sides = [set(group) for group in groups] + ([rest] if rest else [])

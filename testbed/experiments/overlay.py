@@ -392,6 +392,7 @@ class _OverlayRun:
         engine_summary = dict(engine_summary)
         merges = engine_summary.pop("merges", [])
         heals = [] if self.executor is None else self.executor.heals
+        cuts = [] if self.executor is None else self.executor.cuts
         return {
             "name": spec.name,
             "engine": spec.engine,
@@ -410,7 +411,11 @@ class _OverlayRun:
                 "peers": len(merges),
                 "not_rejoined": sum(1 for _, rejoined in merges if rejoined is None),
             },
-            **({"partitions": _partitions(heals, merges)} if heals else {}),
+            **(
+                {"partitions": _partitions(cuts, heals, merges, [c.t for c in checks])}
+                if heals
+                else {}
+            ),
             **({"clusters": self.last_clusters} if self.last_clusters else {}),
             **jobs_summary,
             "wall_s": round(time.monotonic() - wall0, 3),
@@ -423,18 +428,32 @@ class _OverlayRun:
 PARTITION_CHECK_SHARE = 0.1
 
 
-def _partitions(heals: list[float], merges: list[list[float | None]]) -> dict[str, Any]:
-    """Each heal's time to one overlay: until the last peer whose overlay dissolved after
-    it had rejoined (0 when no overlay had to dissolve: the partition was too short to
-    split it); None if one never rejoined."""
+def _partitions(
+    cuts: list[float],
+    heals: list[float],
+    merges: list[list[float | None]],
+    checked_at: list[float],
+) -> dict[str, Any]:
+    """Each heal's time to one overlay: until the last peer whose overlay dissolved, from
+    the partition's start to the first check after the heal, had rejoined (0 when no
+    overlay had to dissolve: the partition was too short to split it); None if one never
+    rejoined. A merge inside a side while it is cut off (an island's peers that each took
+    the rest of the space) belongs to the partition it happened in; one after the check
+    (a frozen peer that wakes up cut off from the root, say) to none."""
     values: list[float | None] = []
-    for k, heal in enumerate(heals):
-        until = heals[k + 1] if k + 1 < len(heals) else math.inf
-        mine = [m for m in merges if m[0] is not None and heal <= m[0] < until]
+    for heal in heals:
+        since = max((cut for cut in cuts if cut <= heal), default=heal)
+        until = min(
+            min((cut for cut in cuts if cut > heal), default=math.inf),
+            min((t for t in checked_at if t > heal), default=math.inf),
+        )
+        mine = [m for m in merges if m[0] is not None and since <= m[0] < until]
         if any(rejoined is None for _, rejoined in mine):
             values.append(None)
         else:
-            values.append(round(max((r - heal for _, r in mine if r is not None), default=0.0), 3))
+            values.append(
+                round(max((max(0.0, r - heal) for _, r in mine if r is not None), default=0.0), 3)
+            )
     done = [v for v in values if v is not None]
     return {
         "healed": len(heals),

@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from node.events import Inconsistent, TookOver
-from node.wire import Lookup, PathEntry, PeerInfo, Tombstone, Update
+from node.wire import Lookup, PathEntry, PeerInfo, ProbeReply, Tombstone, Update
 
 from .conftest import CONFIG, SPACE, overlay
 
@@ -184,3 +186,35 @@ def test_the_give_back_ends_with_the_tombstones_behind_it():
     assert late < 1.0 + CONFIG.propose_timeout_s + CONFIG.tombstone_ttl_s
     a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), late)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
+
+
+# B borders A across cpu = 50 (below D's zone in the picture, as if D had split for it).
+B = PeerInfo(
+    60,
+    "10.0.0.60",
+    7000,
+    2,
+    (60.0, 0.2),
+    (50.0, 0),
+    (75.0, 0.5),
+    (RIGHT, PathEntry(3, 0, 75.0, False)),
+)
+
+
+def test_a_neighbour_first_known_from_a_probes_answer_is_listed():
+    a, _ = member_a()
+    a.handle_message(B.id, (B.host, B.port), ProbeReply(1, B), 2.0)
+    assert B.id in a.direct
+
+
+def test_a_neighbour_first_known_by_hearsay_is_listed_when_it_speaks():
+    # N tells us of B without its path (a summary); B's own update only fills the path in,
+    # which is no news, yet B borders us and must be listed (else our face at cpu = 50 is
+    # never covered and we refuse every join, as after a partition during a join burst).
+    a, _ = member_a()
+    summary = msgspec.structs.replace(B, path=())
+    a.neighbours.learn(summary, 1.0)
+    a.neighbours.recompute_direct(1.0)
+    a.neighbours.direct.discard(B.id)  # as if the summary had come before our zone grew
+    a.handle_message(B.id, (B.host, B.port), Update(B, (), ()), 2.0)
+    assert B.id in a.direct
