@@ -498,11 +498,14 @@ class CanOverlay:
             return None
         if not self._local.in_overlay():
             if type(message) is JoinRequest:
-                # Routed to us while we are out (rejoining, say): the joiner tries again
-                # now rather than after its timeout.
+                # Sent to us while we are out (rejoining, say). Answered at its source only
+                # (never at an address a payload names): a joiner that chose us as its
+                # bootstrap tries another now, a member that routed it buries us.
                 joiner = message.joiner
-                self._local.send((joiner.host, joiner.port), JoinRetry(message.req, NOT_MEMBER))
-                self._local.send(addr, ProbeReply(0, None))  # and the router buries us
+                if (joiner.host, joiner.port) == tuple(addr):
+                    self._local.send(addr, JoinRetry(message.req, NOT_MEMBER))
+                else:
+                    self._local.send(addr, ProbeReply(0, None))
             return None
         table = self._table
         known = table.known.get(sender)
