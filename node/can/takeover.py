@@ -72,6 +72,7 @@ class _Taken:
     and until when (the dead members' tombstones, which stop their news)."""
 
     box: Box
+    split: int  # the split we dropped (its other subtree is `box`)
     before: Zone
     after: Zone
     until: float
@@ -299,6 +300,7 @@ class Takeover:
         self.taken.append(
             _Taken(
                 (tuple(blo), tuple(bhi)),
+                entry.sid,
                 before,
                 (local.lo, local.hi, local.path),
                 min([now + local.config.tombstone_ttl_s, *stones]),
@@ -309,12 +311,17 @@ class Takeover:
         self.checks.pop(entry.sid, None)
 
     def give_back(self, now: float) -> None:
-        """Undo our last takeover if it was wrong: a live zone we did not know of,
-        inside the subtree we took from, overlaps us (that subtree's survivor
-        took what we took: by the takeover rule the subtree repairs itself).
-        Only on first-hand news of it (a stale summary may be of a dead node,
-        and giving back then would leave a gap), and only while our zone is
-        still what the takeover made it."""
+        """Undo our last takeover if it was wrong: a live zone we did not know of
+        lies inside the subtree we took from, and overlaps us (that subtree's
+        survivor took what we took) or is a leaf of that subtree (the split we
+        dropped is in its path): by the takeover rule the subtree repairs itself.
+        Without the second case a survivor that grew inside the subtree while we
+        took our slab of it left a strip between us that nobody may absorb: its
+        slab towards the strip overlaps us, and for us the strip is no longer the
+        other side of a split (docs/can.md, "A partition just long enough to
+        bury"). Only on first-hand news of it (a stale summary may be of a dead
+        node, and giving back then would leave a gap), and only while our zone
+        is still what the takeover made it."""
         local = self.local
         zone = (local.lo, local.hi, local.path)
         self.taken = [t for t in self.taken if now < t.until and t.after == zone]
@@ -329,7 +336,10 @@ class Takeover:
                 known.spoke_at >= recent  # first-hand: third-party news may be of the dead
                 and info.lo
                 and contained(info.lo, info.hi, blo, bhi)
-                and overlap(info.lo, info.hi, local.lo, local.hi)
+                and (
+                    overlap(info.lo, info.hi, local.lo, local.hi)
+                    or any(e.sid == taken.split for e in info.path)
+                )
             ):
                 lo, hi, path = taken.before
                 self.taken.pop()

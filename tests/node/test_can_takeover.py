@@ -122,17 +122,32 @@ def test_a_takeover_of_a_live_subtree_is_given_back_when_its_owner_shows_up():
     a.handle_timer(1.0 + CONFIG.propose_timeout_s)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))  # taken
     taker = PeerInfo(S.id, S.host, S.port, 3, S.point, (75.0, 0), (100, 1), Y_PATH)  # took Y
-    third = PeerInfo(70, "10.0.0.70", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), (RIGHT,))
-    # Second-hand news of it does not count (it may be of a dead node) ...
-    a.handle_message(third.id, (third.host, third.port), Update(third, (taker,), ()), 3.4)
+    # Second-hand news of it does not count (it may be of a dead node); S's own word does.
+    a.handle_message(N.id, (N.host, N.port), Update(N, (taker,), ()), 3.4)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
-    # ... nor a live zone in the subtree that does not overlap us (third's); S's own word does.
     a.handle_message(S.id, (S.host, S.port), Update(taker, (), ()), 3.5)
     assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 0.5), A_PATH)
     [event] = [e for e in wire.events if isinstance(e, Inconsistent)]
     assert event.peers == [S.id]
     a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 4.0)  # later news: no flapping
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
+
+
+def test_a_leaf_of_the_subtree_that_grew_inside_it_makes_us_give_back():
+    # The look missed it: a survivor of B (its path holds the split A dropped) that
+    # grew inside B at the same time and does not overlap A. Kept, A's slab would
+    # leave a strip between them that neither may absorb (docs/can.md); given back,
+    # B repairs itself. A zone inside B from A's side (no such split) changes nothing.
+    a, wire = member_a()
+    took_over(a)
+    ours = PeerInfo(71, "10.0.0.71", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), A_PATH[1:])
+    a.handle_message(ours.id, (ours.host, ours.port), Update(ours, (), ()), 3.3)
+    assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
+    leaf = PeerInfo(70, "10.0.0.70", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), (RIGHT,))
+    a.handle_message(leaf.id, (leaf.host, leaf.port), Update(leaf, (), ()), 3.4)
+    assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 0.5), A_PATH)
+    [event] = [e for e in wire.events if isinstance(e, Inconsistent)]
+    assert event.peers == [leaf.id]
 
 
 def took_over(a, now: float = 1.0) -> None:
@@ -169,11 +184,10 @@ def test_a_neighbour_known_second_hand_is_not_first_hand_news():
     # speaking), then S's takeover of Y, which overlaps A.
     a, _ = member_a()
     took_over(a)
-    third = PeerInfo(70, "10.0.0.70", 7000, 1, (60.0, 0.8), (50.0, 0.5), (75.0, 1), (RIGHT,))
     s_before = PeerInfo(S.id, S.host, S.port, 2, S.point, S.lo, S.hi, S.path)
-    a.handle_message(third.id, (third.host, third.port), Update(third, (s_before,), ()), 3.4)
+    a.handle_message(N.id, (N.host, N.port), Update(N, (s_before,), ()), 3.4)
     assert S.id in a.direct
-    a.handle_message(third.id, (third.host, third.port), Update(third, (S_TOOK_Y,), ()), 3.6)
+    a.handle_message(N.id, (N.host, N.port), Update(N, (S_TOOK_Y,), ()), 3.6)
     assert (a.lo, a.hi) == ((0, 0), (100, 0.5))
 
 
