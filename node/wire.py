@@ -182,6 +182,11 @@ class Update(msgspec.Struct, tag=1, array_like=True, frozen=True):
     neighbors: tuple[PeerInfo, ...]
     tombstones: tuple[Tombstone, ...]
     root: Root | None = None
+    # The sender's count of changes of (me, neighbors, tombstones): an update with
+    # the same non-zero count as the last one we took from that sender says the
+    # same, and the one we took stands for it (node/can/neighbours.py, rule 4).
+    # 0: no count, compare the content.
+    news: int = 0
 
 
 class JoinRequest(msgspec.Struct, tag=2, array_like=True, frozen=True):

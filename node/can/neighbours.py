@@ -28,7 +28,11 @@
 #      depends on may have changed (so that it can cache that view).
 #   3. What the other parts hold per peer is dropped through `on_bury` and
 #      `on_newer`, which the facade wires to the conflict protocol.
-#   4. Most summaries repeat what the same neighbour said last time. A summary
+#   4. Most updates repeat what the same neighbour said last time: each carries
+#      the sender's count of changes of its content (`news`), and one that
+#      repeats the last we took is replaced by that one (`taken`), validated and
+#      expanded already, whatever its content says; only its root's word is its
+#      own. Most summaries repeat what the same neighbour said last time. A summary
 #      equal to the one it sent last time is old news if what learning it
 #      depends on is as it was right after we learnt it: the sender's path,
 #      our path, and our `known` and `tombstones` entries for that peer (the
@@ -126,8 +130,13 @@ class _Seen:
 
 
 def _same_update(a: Update, b: Update) -> bool:
-    """Equal but for the root's word (reunion.py), which changes every root period."""
-    return a is b or (a.me == b.me and a.neighbors == b.neighbors and a.tombstones == b.tombstones)
+    """Whether `b` says what `a` said, the root's word (reunion.py) aside: by the
+    sender's count of changes when it keeps one, else by the content."""
+    if a is b:
+        return True
+    if a.news or b.news:
+        return a.news == b.news
+    return a.me == b.me and a.neighbors == b.neighbors and a.tombstones == b.tombstones
 
 
 def _ignore_bury(ident: int) -> None:
@@ -169,6 +178,9 @@ class NeighbourTable:
         # word that our updates carry (reunion.py).
         self.on_silent: Callable[[PeerInfo, float], None] = _ignore_silent
         self.root_word: Callable[[], Root | None] = _no_root
+        # What our updates last said (me, neighbours, tombstones) and our count of its changes.
+        self._said: tuple[PeerInfo, tuple[PeerInfo, ...], tuple[Tombstone, ...]] | None = None
+        self._news = 0
 
     def changed(self) -> None:
         self.version += 1
@@ -384,10 +396,17 @@ class NeighbourTable:
         return learned
 
     def seen_before(self, sender: int, update: Update) -> bool:
-        """Whether `update` equals the last update we took from `sender` (no need to
-        validate it again)."""
+        """Whether `update` repeats the last update we took from `sender` (no need to
+        validate it again: `taken` stands for it)."""
         seen = self.seen.get(sender)
         return seen is not None and _same_update(seen.update, update)
+
+    def taken(self, sender: int, update: Update) -> Update:
+        """The update we took from `sender` that `update` repeats (rule 4), else `update`."""
+        seen = self.seen.get(sender)
+        if seen is not None and _same_update(seen.update, update):
+            return seen.update
+        return update
 
     def take_tombstones(self, stones: Iterable[Tombstone], now: float) -> bool | None:
         """Bury the peers of gossiped tombstones that are news. Returns whether any
@@ -542,7 +561,11 @@ class NeighbourTable:
         fresh = [item for item in self.tombstones.values() if item[1] >= fresh_until]
         fresh.sort(key=lambda item: -item[1])
         stones = tuple(stone for stone, _ in fresh[: config.max_gossip_tombstones])
-        update = Update(local.info(), neighbors, stones, self.root_word())
+        said = (local.info(), neighbors, stones)
+        if said != self._said:
+            self._said = said
+            self._news += 1
+        update = Update(*said, self.root_word(), self._news)
         for addr in self.addresses():
             local.send(addr, update)
 

@@ -533,14 +533,16 @@ class CanOverlay:
         local.send(addr, ProbeReply(probe.nonce, local.info() if local.in_overlay() else None))
 
     def _on_update(self, sender: int, update: Update, now: float) -> None:
+        table, takeover = self._table, self._takeover
+        root = update.root
+        update = table.taken(sender, update)  # a repeat: the one we validated and took
         me = update.me
         if me.id != sender or not me.lo:
             return
-        table, takeover = self._table, self._takeover
-        if update.root is not None:
-            if self._reunion.meet(update.root, me, now):
+        if root is not None:
+            if self._reunion.meet(root, me, now):
                 return  # a member of another overlay: the overlays merge instead
-            self._reunion.on_root(update.root, now)
+            self._reunion.on_root(root, now)
         learned = table.take_summaries(sender, update, now)
         # Beyond news of peers, a burial needs a full recomputation of the direct set.
         changed = table.take_tombstones(update.tombstones, now)

@@ -162,6 +162,9 @@ class Reunion:
         self.cut_until = -math.inf  # we took back a root we dropped: cut off till then
         self.cut = False  # now <= cut_until, at our last tick
         self.remembered: dict[int, _Remembered] = {}
+        # The known peers whose zone overlaps ours, and what that depends on: the
+        # table's version (news of peers), how many it knows, our zone.
+        self._overlapping: tuple[object, list[PeerInfo]] = (None, [])
 
     # -- the root --------------------------------------------------------------------------------------
 
@@ -267,13 +270,20 @@ class Reunion:
         local = self.local
         if local.status != Status.MEMBER or not local.lo or local.config.remember_dead_s <= 0:
             return
-        for ident, known in self.table.known.items():
-            info = known.info
-            if (
-                ident not in self.remembered
-                and info.lo
-                and overlap(local.lo, local.hi, info.lo, info.hi)
-            ):
+        table = self.table
+        lo, hi = local.lo, local.hi
+        key = (table.version, len(table.known), lo, hi)
+        if self._overlapping[0] != key:
+            self._overlapping = (
+                key,
+                [
+                    k.info
+                    for k in table.known.values()
+                    if k.info.lo and overlap(lo, hi, k.info.lo, k.info.hi)
+                ],
+            )
+        for info in self._overlapping[1]:
+            if info.id not in self.remembered:
                 self.remember(info, now)
 
     def _ask_remembered(self, now: float) -> None:
