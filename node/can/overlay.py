@@ -221,7 +221,9 @@ class CanOverlay:
         self._join = JoinService(local, self._table, self._takeover, self._conflicts)
         self._table.on_bury = self._conflicts.forget
         self._table.on_newer = self._conflicts.newer
-        self._reunion = Reunion(local, self._table, self._rejoin)
+        self._reunion = Reunion(
+            local, self._table, self._rejoin, self._takeover.dead_regions_nearby
+        )
         self._table.on_silent = self._reunion.remember
         self._table.root_word = self._reunion.word
         self._leave_attempts = 0

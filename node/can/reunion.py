@@ -149,10 +149,14 @@ class Reunion:
         local: LocalNode,
         table: NeighbourTable,
         rejoin: Callable[[Sequence[Address], float, float], None],
+        unsettled: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`unsettled`: whether dead regions next to our zone wait to be absorbed
+        (takeover.py), when zone volumes do not tell the overlay's size (_size)."""
         self.local = local
         self.table = table
         self._rejoin = rejoin
+        self._unsettled = unsettled
         self.root: Root | None = None
         self.member_since: float | None = None  # our first tick as a member
         self.advanced_at = 0.0  # when our root's seq last advanced (or we took it)
@@ -185,9 +189,17 @@ class Reunion:
         self.next_beat = now + self.local.config.root_every_s
 
     def _size(self) -> float:
+        """The overlay's member count by the density of our neighbourhood: the zones
+        of a CAN tile the space, so 1 / their mean normalised volume. Not while dead
+        regions next to us wait to be absorbed: the few peers of an island cut off
+        from a large overlay keep their small zones long after burying everyone
+        else (at 1,000 peers an island of three said 300,000, and the large overlay
+        dissolved into it at the heal). Then we count only the peers we see."""
         local, table = self.local, self.table
         if not local.lo:
             return 1.0
+        if self._unsettled():
+            return float(1 + len(table.direct))
         space = local.space
         volumes = [space.volume(local.lo, local.hi)]
         for ident in table.direct:
