@@ -62,7 +62,7 @@ def test_what_a_peer_sends_is_checked():
 # -- a side cut off from the root that took it back (node/can/reunion.py) ---------------------------
 
 
-def _member(ident: int, lo: tuple[float, ...], hi: tuple[float, ...]):
+def _member(ident: int, lo: tuple[float, ...], hi: tuple[float, ...], unsettled=lambda: False):
     """A member's Reunion, with what it sends and the rejoins it starts."""
     sent: list[tuple[object, object]] = []
     rejoins: list[list[object]] = []
@@ -79,8 +79,22 @@ def _member(ident: int, lo: tuple[float, ...], hi: tuple[float, ...]):
         lo=lo,
         hi=hi,
     )
-    reunion = Reunion(local, NeighbourTable(local), lambda b, now, wait: rejoins.append(list(b)))
+    reunion = Reunion(
+        local, NeighbourTable(local), lambda b, now, wait: rejoins.append(list(b)), unsettled
+    )
     return reunion, sent, rejoins
+
+
+def test_a_root_next_to_dead_regions_counts_only_the_peers_it_sees():
+    # A root with a zone of 1/400 of the space: by density, an overlay of 400. Cut
+    # off on an island (dead regions all around, not yet absorbed), that says
+    # nothing: it counts itself and its direct neighbours (none here).
+    settled, _, _ = _member(3, (0.0, 0.0), (0.1, 0.1))
+    island, _, _ = _member(3, (0.0, 0.0), (0.1, 0.1), unsettled=lambda: True)
+    for reunion in (settled, island):
+        reunion.found(0.0)
+    assert settled.root is not None and round(settled.root.size) == 400
+    assert island.root is not None and island.root.size == 1.0
 
 
 def _contact(ident: int, lo: tuple[float, ...], hi: tuple[float, ...]) -> PeerInfo:
