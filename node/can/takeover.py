@@ -484,6 +484,48 @@ class Takeover:
             self.route_lookup(point, now)
         if self.dead_regions_nearby():
             self._probe_beyond(now)
+            self._unblock(now)
+
+    def _unblock(self, now: float) -> None:
+        """For each slab of a dead subtree in front of us that we may not take yet:
+        if part of it is covered by no dead zone we know (we lack a tombstone of a
+        zone that never bordered us), look it up: the lookup ends next to the dead
+        zone, at a peer that holds the tombstone and answers with it (on_lookup). If
+        a live zone from outside the subtree sticks into the slab (it took part of
+        the subtree while we, a survivor there, were unknown to it), tell it we
+        live: our word makes it give back (give_back). At most MAX_CHECK_LOOKUPS
+        of each a tick."""
+        local, table = self.local, self.table
+        dead = self.dead_boxes()
+        live = [k.info for k in table.known.values()]
+        looked = told = 0
+        for k in range(len(local.path) - 1, -1, -1):
+            entry = local.path[k]
+            box = self._other_subtree(k)
+            if box is None:
+                continue
+            blo, bhi = box
+            if not any(overlap(lo, hi, blo, bhi) for lo, hi, _ in dead):
+                continue
+            if any(contained(i.lo, i.hi, blo, bhi) and overlap(i.lo, i.hi, blo, bhi) for i in live):
+                continue  # a survivor there repairs it, not us
+            d = entry.dim
+            slab_lo, slab_hi = list(local.lo), list(local.hi)
+            if entry.upper:
+                slab_lo[d], slab_hi[d] = blo[d], local.lo[d]
+            else:
+                slab_lo[d], slab_hi[d] = local.hi[d], bhi[d]
+            intruders = [i for i in live if overlap(slab_lo, slab_hi, i.lo, i.hi)]
+            for info in intruders:
+                if told < MAX_CHECK_LOOKUPS:
+                    local.send((info.host, info.port), Update(local.info(), (), ()))
+                    told += 1
+            held = [(lo, hi) for lo, hi, _ in dead] + [(i.lo, i.hi) for i in intruders]
+            pieces = uncovered(slab_lo, slab_hi, held, limit=100)
+            for lo, hi in (pieces or [])[: MAX_CHECK_LOOKUPS - looked]:
+                point = tuple(local.rng.uniform(a, b) for a, b in zip(lo, hi, strict=True))
+                self.route_lookup(point, now)
+                looked += 1
 
     def _probe_beyond(self, now: float) -> None:
         """Probe the peers that hold up the absorption of a dead region next to us and
@@ -593,7 +635,21 @@ class Takeover:
                     self.give_back(now)
             local.send((origin.host, origin.port), Update(local.info(), (), ()))
             return
-        if hop is None or lookup.hops >= local.config.max_hops:
+        if hop is None:
+            # A hole next to us (a dead zone nobody has absorbed yet): the origin is
+            # looking into it; tell it the tombstones we hold there (_unblock).
+            stones = tuple(
+                stone
+                for stone, _ in table.tombstones.values()
+                if stone.lo and contains(stone.lo, stone.hi, lookup.point)
+            )
+            if stones:
+                local.send(
+                    (origin.host, origin.port),
+                    Update(local.info(), (), stones[: local.config.max_gossip_tombstones]),
+                )
+            return
+        if lookup.hops >= local.config.max_hops:
             return
         info = table.known[hop].info
         local.send(
