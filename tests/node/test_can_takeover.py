@@ -232,3 +232,33 @@ def test_a_neighbour_first_known_by_hearsay_is_listed_when_it_speaks():
     a.neighbours.direct.discard(B.id)  # as if the summary had come before our zone grew
     a.handle_message(B.id, (B.host, B.port), Update(B, (), ()), 2.0)
     assert B.id in a.direct
+
+
+# -- a slab held up (takeover.py, _unblock and on_lookup) -------------------------------------------
+
+
+def test_a_lookup_that_meets_a_hole_is_answered_with_its_tombstones():
+    # A borders D's dead zone, not yet absorbed; a lookup for a point in it from a peer
+    # that lacks the tombstone ends at A (nobody is closer), which tells it.
+    a, wire = member_a()
+    hear_of_the_deaths(a, 1.0)
+    wire.sent.clear()
+    origin = PeerInfo(80, "10.0.0.80", 7000, 1, (10.0, 0.9), (0, 0.75), (50.0, 1), ())
+    a.handle_message(N.id, (N.host, N.port), Lookup(9, (60.0, 0.2), origin, 3), 1.2)
+    [(to, answer)] = wire.take(Update)
+    assert to == (origin.host, origin.port)
+    assert answer.me.id == a.id and answer.tombstones == (D,)
+
+
+def test_a_slab_part_no_tombstone_covers_is_looked_up():
+    # A knows D died, not Y (its zone never bordered A): the slab in front of A is
+    # only partly covered by the dead zones it knows, so it may not take it yet.
+    # After two unsettled ticks it looks into the part it knows nothing of (Y's).
+    a, wire = member_a()
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), (D,)), 1.0)
+    for now in (2.1, 3.2, 4.3):
+        a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), now - 0.05)
+        a.handle_timer(now)
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
+    points = [m.point for _, m in wire.take(Lookup)]
+    assert any(p[0] >= 75.0 and p[1] < 0.5 for p in points)
