@@ -227,9 +227,7 @@ class Takeover:
     ) -> tuple[list[float], list[float]] | None:
         """The box of the other subtree of our k-th split, if its slab in front of
         us is ours to take now (dead, free of live zones, and looked into)."""
-        local = self.local
-        entry = local.path[k]
-        d = entry.dim
+        entry = self.local.path[k]
         box = self._other_subtree(k)
         if box is None:
             return None
@@ -238,11 +236,7 @@ class Takeover:
             return None
         if any(overlap(i.lo, i.hi, blo, bhi) and contained(i.lo, i.hi, blo, bhi) for i in live):
             return None  # the other subtree still has a live leaf: it repairs itself
-        slab_lo, slab_hi = list(local.lo), list(local.hi)
-        if entry.upper:
-            slab_lo[d], slab_hi[d] = blo[d], local.lo[d]
-        else:
-            slab_lo[d], slab_hi[d] = local.hi[d], bhi[d]
+        slab_lo, slab_hi = self._slab_of(entry, box)
         if any(overlap(slab_lo, slab_hi, i.lo, i.hi) for i in live):
             return None
         relevant = [(lo, hi) for lo, hi, _ in dead if overlap(lo, hi, slab_lo, slab_hi)]
@@ -251,6 +245,20 @@ class Takeover:
         if not self._checked(entry.sid, (blo, bhi), dead, live, now):
             return None
         return blo, bhi
+
+    def _slab_of(
+        self, entry: PathEntry, box: tuple[list[float], list[float]]
+    ) -> tuple[list[float], list[float]]:
+        """The slab in front of us of the other subtree `box` of split `entry`: our
+        zone stretched through that subtree across the split."""
+        local = self.local
+        d = entry.dim
+        slab_lo, slab_hi = list(local.lo), list(local.hi)
+        if entry.upper:
+            slab_lo[d], slab_hi[d] = box[0][d], local.lo[d]
+        else:
+            slab_lo[d], slab_hi[d] = local.hi[d], box[1][d]
+        return slab_lo, slab_hi
 
     def _other_subtree(self, k: int) -> tuple[list[float], list[float]] | None:
         """The box of the other subtree of our k-th split, if that split is a face of ours."""
@@ -277,11 +285,7 @@ class Takeover:
         local, table = self.local, self.table
         blo, bhi = box
         d = entry.dim
-        slab_lo, slab_hi = list(local.lo), list(local.hi)
-        if entry.upper:
-            slab_lo[d], slab_hi[d] = blo[d], local.lo[d]
-        else:
-            slab_lo[d], slab_hi[d] = local.hi[d], bhi[d]
+        slab_lo, slab_hi = self._slab_of(entry, box)
         members = sorted(ident for lo, hi, ident in dead if overlap(lo, hi, slab_lo, slab_hi))
         lo, hi = list(local.lo), list(local.hi)
         if entry.upper:
@@ -509,12 +513,7 @@ class Takeover:
                 continue
             if any(contained(i.lo, i.hi, blo, bhi) and overlap(i.lo, i.hi, blo, bhi) for i in live):
                 continue  # a survivor there repairs it, not us
-            d = entry.dim
-            slab_lo, slab_hi = list(local.lo), list(local.hi)
-            if entry.upper:
-                slab_lo[d], slab_hi[d] = blo[d], local.lo[d]
-            else:
-                slab_lo[d], slab_hi[d] = local.hi[d], bhi[d]
+            slab_lo, slab_hi = self._slab_of(entry, box)
             intruders = [i for i in live if overlap(slab_lo, slab_hi, i.lo, i.hi)]
             for info in intruders:
                 if told < MAX_CHECK_LOOKUPS:
