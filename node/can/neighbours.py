@@ -399,7 +399,7 @@ class NeighbourTable:
         """Whether `update` repeats the last update we took from `sender` (no need to
         validate it again: `taken` stands for it)."""
         seen = self.seen.get(sender)
-        return seen is not None and _same_update(seen.update, update)
+        return seen is not None and self.taken(sender, update) is seen.update
 
     def taken(self, sender: int, update: Update) -> Update:
         """The update we took from `sender` that `update` repeats (rule 4), else `update`."""

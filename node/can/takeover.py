@@ -91,6 +91,12 @@ def _within_one_stretch(
     return True
 
 
+def _has_survivor(box: tuple[list[float], list[float]], live: Sequence[PeerInfo]) -> bool:
+    """Whether a live zone we know lies inside the subtree `box` (it repairs itself)."""
+    blo, bhi = box
+    return any(overlap(i.lo, i.hi, blo, bhi) and contained(i.lo, i.hi, blo, bhi) for i in live)
+
+
 class Takeover:
     """Dead regions, their absorption and its undoing, face coverage and healing."""
 
@@ -234,7 +240,7 @@ class Takeover:
         blo, bhi = box
         if not any(overlap(lo, hi, blo, bhi) for lo, hi, _ in dead):
             return None
-        if any(overlap(i.lo, i.hi, blo, bhi) and contained(i.lo, i.hi, blo, bhi) for i in live):
+        if _has_survivor(box, live):
             return None  # the other subtree still has a live leaf: it repairs itself
         slab_lo, slab_hi = self._slab_of(entry, box)
         if any(overlap(slab_lo, slab_hi, i.lo, i.hi) for i in live):
@@ -322,8 +328,8 @@ class Takeover:
         Without the second case a survivor that grew inside the subtree while we
         took our slab of it left a strip between us that nobody may absorb: its
         slab towards the strip overlaps us, and for us the strip is no longer the
-        other side of a split (docs/can.md, "A partition just long enough to
-        bury"). Only on first-hand news of it (a stale summary may be of a dead
+        other side of a split (docs/can.md, "A survivor that grows inside the
+        subtree we took from"). Only on first-hand news of it (a stale summary may be of a dead
         node, and giving back then would leave a gap), and only while our zone
         is still what the takeover made it."""
         local = self.local
@@ -511,7 +517,7 @@ class Takeover:
             blo, bhi = box
             if not any(overlap(lo, hi, blo, bhi) for lo, hi, _ in dead):
                 continue
-            if any(contained(i.lo, i.hi, blo, bhi) and overlap(i.lo, i.hi, blo, bhi) for i in live):
+            if _has_survivor(box, live):
                 continue  # a survivor there repairs it, not us
             slab_lo, slab_hi = self._slab_of(entry, box)
             intruders = [i for i in live if overlap(slab_lo, slab_hi, i.lo, i.hi)]
