@@ -14,7 +14,8 @@
 #   joins evenly over [A, B) (each picks its host when it happens), while
 #   `from A to B freeze 3` freezes three hosts at A and thaws them at B (so
 #   do partition, set latency/loss and frame: undone at B). `flap` cuts a
-#   pair at A and mends and cuts it every T until B. A percentage is of the
+#   pair at A and mends and cuts it every T until B; `flood` starts at A and
+#   ends at B (a flood needs a span). A percentage is of the
 #   hosts up at the statement's start, except for join (of all the run's
 #   hosts, so that `from 0s to 40s join 80%` builds the same share of any
 #   topology: one script for 64 emulated peers and 1,000 simulated ones).
@@ -48,7 +49,9 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     seconds between groups[0] and groups[1], None: back to the matrix); loss
     (rate `value`, between groups[0] and groups[1], or everywhere with no
     groups); cut and mend (all traffic of a pair of groups); frame (switch to
-    matrix frame `value`); stop (the end of the run).
+    matrix frame `value`); flood (groups[0] send `value` datagrams a second each to
+    groups[1], round robin, at params["port"] or the peers' port; 0: they stop); stop
+    (the end of the run).
     """
 
     t: float
@@ -114,6 +117,10 @@ class Schedule:
                 out["gap_ms"] = round(event.params["gap_s"] * 1e3, 6)
         elif event.verb == "duplicate":
             out["duplicate_rate"] = event.value
+        elif event.verb == "flood":
+            out["flood_per_s"] = event.value  # 0: the flood ends
+            if "port" in event.params:
+                out["port"] = int(event.params["port"])
         return out
 
     def room_warnings(
@@ -183,6 +190,7 @@ class _Model:
         self.frozen: dict[str, int] = {}  # name -> the freeze that holds it (a token)
         self.frame = universe.frame
         self.held: dict[str, list[tuple[float, float, int]]] = {}  # verb -> spans held
+        self.floods: list[tuple[float, float, int, tuple[str, ...]]] = []  # span, line, sources
 
     def fail(self, statement: Statement, reason: str, column: int | None = None) -> InputError:
         return InputError(
@@ -312,6 +320,8 @@ def _check_when(statement: Statement, model: _Model) -> None:
         raise model.fail(statement, f"`{statement.verb}` happens at one time: write `at T`")
     if statement.verb == "flap" and statement.end is None:
         raise model.fail(statement, "`flap` needs a span: `from T to T flap A -- B every T`")
+    if statement.verb == "flood" and statement.end is None:
+        raise model.fail(statement, "`flood` needs a span: `from T to T flood A -- B at N/s`")
     if statement.verb == "churn" and statement.period is not None and statement.end is None:
         raise model.fail(statement, "`churn X% per T` needs a span: `from T to T churn ...`")
     rtt = statement.value if statement.verb == "latency" else None
@@ -597,6 +607,31 @@ class _Player:
         if k % 2 == 1:
             self.emit(statement.end, "mend", groups=groups)
 
+    def start_flood(self, t: float) -> None:
+        """Each source host sends the rate to the targets (round robin) until the end."""
+        statement, model = self.statement, self.model
+        assert statement.end is not None
+        sources, named = (tuple(model.members_of(g, statement)) for g in statement.groups)
+        targets = tuple(h for h in named if h not in sources)  # a host does not flood itself
+        if not targets:
+            raise model.fail(statement, "the flood has no target but its own sources")
+        for start, end, line, others in model.floods:
+            busy = sorted(set(others) & set(sources), key=model.index.__getitem__)
+            if busy and start < statement.end and t < end:
+                raise model.fail(
+                    statement,
+                    f"{busy[0]} already floods from {_when(start)} to {_when(end)} (line {line})",
+                )
+        model.floods.append((t, statement.end, self.line, sources))
+        params = {k: float(v) for k, v in statement.extra.items()}  # type: ignore[arg-type]
+        groups = (sources, targets)
+        self.emit(t, "flood", groups=groups, value=statement.value, params=params)
+        self.later(
+            statement.end,
+            self.line,
+            lambda t: self.emit(t, "flood", groups=groups, value=0.0, params=params),
+        )
+
     def start_stop(self, t: float) -> None:
         self.emit(t, "stop")
 
@@ -653,6 +688,7 @@ _START: dict[str, Callable[[_Player, float], None]] = {
     "reorder": _Player.start_shape,
     "duplicate": _Player.start_shape,
     "flap": _Player.start_flap,
+    "flood": _Player.start_flood,
     "stop": _Player.start_stop,
 }
 

@@ -59,6 +59,11 @@ class ChurnEngine(Protocol):
     def heal(self) -> None: ...
     def set_loss(self, rate: float, src: list[int] | None, dst: list[int] | None) -> None: ...
     def departing(self) -> list[int]: ...  # asked to leave and still running
+    # sources send per_s datagrams a second each to targets (0: they stop); port None: the
+    # peers' port
+    def flood(
+        self, sources: list[int], targets: list[int], per_s: float, port: int | None
+    ) -> None: ...
     # bandwidth, access links, reordering, duplication: params as in Event.params
     def shape(
         self, verb: str, groups: list[list[int]], value: float | None, params: dict[str, float]
@@ -292,6 +297,13 @@ class Executor:
                 self.engine.set_loss(rate, groups[1], groups[0])
         elif verb in ("bandwidth", "access", "reorder", "duplicate"):
             self.engine.shape(verb, groups, event.value, dict(event.params))
+            extra.update(event.params)
+        elif verb == "flood":
+            assert event.value is not None
+            port = event.params.get("port")
+            self.engine.flood(
+                groups[0], groups[1], event.value, None if port is None else int(port)
+            )
             extra.update(event.params)
         elif verb == "frame":
             assert event.value is not None

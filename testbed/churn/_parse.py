@@ -62,6 +62,7 @@ action: "join" selector                     -> join
       | "set" "duplicate" loss_scope percent -> duplicate
       | "frame" INT                         -> frame
       | "flap" pair "every" time            -> flap
+      | "flood" pair "at" PER_S ["port" INT] -> flood
       | "stop"                              -> stop
 
 side: group
@@ -112,6 +113,7 @@ OFF.2: "off"
 DIRECTION.2: "up" | "down"
 RATE.4: /\d+(\.\d+)?(kbit|mbit|gbit)(?![A-Za-z0-9_])/
 SIZE.4: /\d+(\.\d+)?(B|kB|MB)(?![A-Za-z0-9_])/
+PER_S.4: /\d+(\.\d+)?\/s(?![A-Za-z0-9_])/
 UNIT: "ms" | "s" | "m" | "h"
 DURATION.3: /(\d+(\.\d+)?(ms|h|m|s))+(?![A-Za-z0-9_])/
 NUMBER: /\d+(\.\d+)?/
@@ -129,6 +131,7 @@ _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_SECONDS = 366 * 86400.0  # a year: times beyond it are typing errors
 MAX_COUNT = 10_000_000
 MAX_PERCENT = 1000.0  # churn X% per T may replace the population several times over
+MAX_FLOOD_PER_S = 1_000_000.0  # datagrams a second from one flooding host
 
 
 def _finite(value: float, token: Token) -> float:
@@ -150,6 +153,7 @@ _WORDS = {
     "DURATION": "a time such as 30s or 1m30s",
     "RATE": "a rate such as 10mbit (kbit, mbit, gbit)",
     "SIZE": "a size such as 64kB (B, kB, MB) or 50 packets",
+    "PER_S": "a rate of datagrams such as 2000/s",
     "OFF": "off",
     "DIRECTION": "up or down",
     "UNIT": "a unit (ms, s, m, h)",
@@ -484,6 +488,22 @@ def _action_fields(verb: str, args: list[object]) -> dict[str, object]:
         return fields
     if verb == "frame":
         return {"value": float(args[0])}  # type: ignore[arg-type]
+    if verb == "flood":
+        rate, port = args[1], args[2]
+        assert isinstance(rate, Token)
+        per_s = float(str(rate)[:-2])
+        if not 0 < per_s <= MAX_FLOOD_PER_S:
+            raise _Fail(
+                f"{rate}: a flood's rate is above 0/s and at most {MAX_FLOOD_PER_S:,.0f}/s",
+                rate.column,
+            )
+        extra: dict[str, object] = {}
+        if port is not None:
+            assert isinstance(port, Token)
+            if not 1 <= int(port) <= 65535:
+                raise _Fail(f"port {port}: a UDP port is within 1..65535", port.column)
+            extra["port"] = float(int(port))
+        return {"groups": args[0], "value": per_s, "extra": extra}
     if verb == "flap":
         period = args[1][0]  # type: ignore[index]
         if period <= 0:

@@ -33,7 +33,7 @@ from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.engines.peers import peer_seed
+from testbed.engines.peers import datagram_totals, peer_seed
 from testbed.engines.procstats import cpu_seconds, private_memory_kb, resident_kb
 from testbed.engines.remote import RemotePeer, RemotePeers
 from testbed.engines.zygote import ForkedProcess, PeerZygote
@@ -90,6 +90,7 @@ class EmuEngine(WanVerbs):
     ) -> None:
         self.spec = spec
         self.run_dir = run_dir
+        self.flood_port = spec.node.port  # a `flood` goes to the peers unless it names a port
         self.wan: Any
         if spec.cluster is None:
             self.wan = open_wan(
@@ -410,13 +411,16 @@ class EmuEngine(WanVerbs):
             memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
         stats = [a["stats"] for a in self._ask_all("stats").values() if a]
         fidelity = self._fidelity.close()
+        floods = self.flood_reports()
         self.close()
         return {
             "wan": {"fidelity": fidelity},
+            "floods": floods,
             "emu": {
                 "peers_at_end": len(stats),
                 "peer_private_memory_kb": quantiles(memory),
                 "messages_per_peer_minute": self._message_rate(stats),
+                "peer_datagrams": datagram_totals(stats),  # the peers running or exited at the end
                 "wan": self.wan.teardown,
             },
             "repair_s": self._repair_times(),

@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from node.can.geometry import Dimension, Space
 from node.can.overlay import CanConfig
@@ -17,7 +19,7 @@ from node.sched.agent import SchedConfig
 from testbed.seeds import peer_seed
 from testbed.spec import NodeSpec, RunClustersSpec, config_fields
 
-__all__ = ["build_node_config", "draw_point", "peer_seed"]
+__all__ = ["build_node_config", "datagram_totals", "draw_point", "peer_seed"]
 
 
 def build_node_config(
@@ -49,3 +51,18 @@ def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
             assert d.uniform is not None
             point.append(rng.uniform(*d.uniform))
     return tuple(point)
+
+
+def datagram_totals(stats: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the peers received, summed over their counters (Peer.stats): every datagram
+    in `rx` is `accepted` or dropped for a reason (a flood's beyond the per-source
+    limit: `rate_limited`)."""
+    rx = accepted = 0
+    drops: dict[str, int] = {}
+    for counters in stats:
+        rx += int(counters.get("rx", 0))
+        accepted += int(counters.get("accepted", 0))
+        for key, value in counters.items():
+            if key.startswith("drop.") and value:
+                drops[key[5:]] = drops.get(key[5:], 0) + int(value)
+    return {"rx": rx, "accepted": accepted, "dropped": dict(sorted(drops.items()))}

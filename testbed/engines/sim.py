@@ -13,9 +13,11 @@ from node.can.overlay import Status
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
+from testbed.engines.peers import datagram_totals
 from testbed.errors import InputError
 from testbed.linkmodel import LinkModel, Reorder
 from testbed.net import new_run_id, plan_network
+from testbed.net.flooder import Pings
 from testbed.sim import Simulator
 from testbed.spec import ExperimentSpec
 from testbed.topology import Topology
@@ -53,6 +55,9 @@ class SimEngine:
         self._job_records: list[dict[str, Any]] = []  # job_* records not yet taken
         self._peer_seconds = 0.0
         self._last = 0.0
+        self._gone_stats: list[dict[str, int]] = []  # counters of the peers that ended
+        self._floods: dict[int, _Flood] = {}  # source host -> its flood, while it runs
+        self._flood_reports: list[dict[str, Any]] = []
 
     @property
     def now(self) -> float:
@@ -82,6 +87,7 @@ class SimEngine:
 
     def start(self, host: int, point: tuple[float, ...]) -> None:
         if host in self.sim.peers:
+            self._gone_stats.append(self.sim.peers[host].stats())
             self.sim.stop(host)
         self.sim.start_peer(host, self.config, point)
 
@@ -95,6 +101,7 @@ class SimEngine:
         peer = self.sim.peers.get(host)
         if peer is not None:
             self.graveyard[host] = (self.sim.now, peer.can)
+            self._gone_stats.append(peer.stats())
         self.sim.crash(host)
         if peer is not None and not peer.member:  # nothing to repair (as the emulator counts)
             self._crashed_at.pop(peer.can.id, None)
@@ -139,11 +146,30 @@ class SimEngine:
         for src, dst in directions:
             self.sim.model.set_reorder(reorder, src, dst)
 
+    def flood(self, sources: list[int], targets: list[int], per_s: float, port: int | None) -> None:
+        """`flood`: valid-looking Pings from each source, as testbed/net/flooder.py sends
+        them, paced in slices of FLOOD_SLICE_S of virtual time (0: they stop)."""
+        for source in sources:
+            running = self._floods.pop(source, None)
+            if running is not None:
+                self._flood_reports.append(running.report(self.sim.now))
+            if per_s > 0:
+                flood = _Flood(self, source, targets, per_s, port or self.sim.port)
+                self._floods[source] = flood
+                flood.tick()
+
+    def flood_reports(self) -> list[dict[str, Any]]:
+        """Stop every flood still running; what each flood sent."""
+        for source in list(self._floods):
+            self._flood_reports.append(self._floods.pop(source).report(self.sim.now))
+        return self._flood_reports
+
     def advance(self, until: float) -> None:
         if until > self.sim.now:
             self._peer_seconds += len(self.sim.peers) * (until - self.sim.now)
         self.sim.run_until(until)
         for host in [h for h, p in self.sim.peers.items() if p.status == "left"]:
+            self._gone_stats.append(self.sim.peers[host].stats())
             self.sim.stop(host)  # a peer that left has exited
 
     def members(self) -> list[int]:
@@ -214,6 +240,9 @@ class SimEngine:
             "dropped": {k[8:]: v for k, v in stats.items() if k.startswith("dropped.")},
             "events_per_s": round(handled / wall, 1) if wall > 0 else None,
             "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
+            "peer_datagrams": datagram_totals(
+                [*self._gone_stats, *(p.stats() for p in self.sim.peers.values())]
+            ),
         }
 
     def finish(self) -> dict[str, Any]:
@@ -232,6 +261,51 @@ class SimEngine:
             },
             "leaves": dict(self._leaves),
             "merges": [list(m) for m in self._merges],
+            "floods": self.flood_reports(),
+        }
+
+
+# How often a simulated flood sends what is due (virtual time).
+FLOOD_SLICE_S = 0.01
+# Where a simulated flooder sends from (answers to it are dropped: no peer there).
+FLOOD_SOURCE_PORT = 9
+
+
+class _Flood:
+    """One source's flood in the simulator: what is due each slice, until it is replaced."""
+
+    def __init__(
+        self, engine: SimEngine, source: int, targets: list[int], per_s: float, port: int
+    ) -> None:
+        self.engine, self.source, self.targets = engine, source, targets
+        self.per_s, self.port = per_s, port
+        self.pings = Pings(len(engine._flood_reports) + len(engine._floods) + 1)
+        self.t0 = engine.sim.now
+        self.sent = 0
+
+    def tick(self) -> None:
+        sim = self.engine.sim
+        if self.engine._floods.get(self.source) is not self:
+            return  # stopped
+        due = int((sim.now - self.t0) * self.per_s) - self.sent
+        for _ in range(due):
+            data = self.pings()
+            target = self.targets[self.pings.seq % len(self.targets)]
+            if target in sim.peers:  # no peer, no socket: the datagram goes nowhere
+                sim.inject(self.source, target, data, FLOOD_SOURCE_PORT)
+            self.sent += 1
+        sim.at(sim.now + FLOOD_SLICE_S, self.tick)
+
+    def report(self, now: float) -> dict[str, Any]:
+        seconds = now - self.t0
+        return {
+            "host": self.engine.sim.names[self.source],
+            "per_s_asked": self.per_s,
+            "targets": len(self.targets),
+            "sent": self.sent,
+            "send_errors": 0,
+            "seconds": round(seconds, 3),
+            "per_s": round(self.sent / seconds, 1) if seconds > 0 else 0.0,
         }
 
 

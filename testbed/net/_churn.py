@@ -24,10 +24,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -109,11 +111,80 @@ class _Stopped(Exception):
     """ChurnRun.stop() was called: the schedule ends where it is."""
 
 
+class Floods:
+    """The flooders a churn script runs on a WAN's hosts (`flood`; testbed/net/flooder.py),
+    one process per flooding host, and their reports once they stopped."""
+
+    def __init__(self, wan: Any) -> None:
+        self.wan = wan
+        self.folder = Path(wan.run_dir) / "floods"
+        self.running: dict[str, tuple[HostProcess, Path, dict[str, Any]]] = {}
+        self.reports: list[dict[str, Any]] = []
+
+    def start(self, host: EmuHost, targets: list[tuple[str, int]], per_s: float) -> None:
+        if host.name in self.running:
+            self.stop(host)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        report = self.folder / f"{host.name}-{len(self.reports) + len(self.running) + 1}.json"
+        argv = [
+            sys.executable, "-m", "testbed.net.flooder",
+            "--to", *(f"{ip}:{port}" for ip, port in targets),
+            "--per-s", repr(per_s),
+            "--seed", str(len(self.reports) + 1),
+            "--report", str(report.resolve()),
+        ]  # fmt: skip
+        process = self.wan.popen(host, argv, label="flood")
+        started = {"host": host.name, "per_s_asked": per_s, "targets": len(targets)}
+        self.running[host.name] = (process, report, started)
+
+    def stop(self, host: EmuHost) -> dict[str, Any] | None:
+        """Stop the flood from `host` (None: there was none); its report."""
+        entry = self.running.pop(host.name, None)
+        if entry is None:
+            return None
+        process, path, started = entry
+        code = process.terminate(grace_s=5.0, why="flood end")
+        try:
+            report = started | json.loads(path.read_text())
+        except (OSError, ValueError):  # killed before it wrote (a crashed host, say)
+            report = started | {"sent": None, "why": f"no report (exit status {code})"}
+        self.reports.append(report)
+        return report
+
+    def close(self) -> list[dict[str, Any]]:
+        for name in list(self.running):
+            self.stop(self.wan.host(name))
+        return self.reports
+
+
 class WanVerbs:
     """The churn language's network statements on a WAN (for an engine with
     `self.wan` whose host k is wan.hosts[k]): the program engine's and the peers'."""
 
     wan: Any
+    flood_port: int | None = None  # where a `flood` without `port` goes (the peers' port)
+    _floods: Floods | None = None
+
+    def flood(self, sources: list[int], targets: list[int], per_s: float, port: int | None) -> None:
+        """Each source sends per_s datagrams a second to the targets (0: stops)."""
+        if self._floods is None:
+            self._floods = Floods(self.wan)
+        for source in sources:
+            host = self.wan.hosts[source]
+            if per_s <= 0:
+                self._floods.stop(host)
+                continue
+            to = port if port is not None else self.flood_port
+            if to is None:
+                raise InputError(
+                    "`flood` needs `port N` here: there are no peers whose port to use"
+                )
+            addresses = [(self.wan.hosts[t].ip, to) for t in targets]
+            self._floods.start(host, addresses, per_s)
+
+    def flood_reports(self) -> list[dict[str, Any]]:
+        """Stop every flood still running; what each flood sent."""
+        return [] if self._floods is None else self._floods.close()
 
     def _name(self, host: int) -> str:
         return str(self.wan.hosts[host].name)
@@ -442,6 +513,14 @@ def apply_churn(
     if check is not None and not callable(check):
         _check_command(wan, check, check_on)
     schedule = load_schedule(wan, churn, seed=seed, trace_down=trace_down)
+    for event in schedule.events:
+        if event.verb == "flood" and "port" not in event.params:
+            raise InputError(
+                "`flood` on a program needs its port: `... at N/s port P` (the testbed's own "
+                "peers have theirs)",
+                source=schedule.source,
+                line=event.line,
+            )
     if folder is None:
         folder = _folder(wan.run_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -631,6 +710,7 @@ def _run(
             "checks": len(handle.checks),
             "checks_failed": sum(1 for c in handle.checks if not c["ok"]),
             "members_final": sorted(wan.hosts[h].name for h in executor.expected),
+            "floods": engine.flood_reports(),
             "folder": str(folder),
         }
         if monitor is not None:

@@ -226,6 +226,26 @@ class Simulator:
 
     # -- time ---------------------------------------------------------------------------------------
 
+    def inject(self, src: int, dst: int, data: bytes, port: int) -> None:
+        """A datagram from something on host `src` besides its peer (a flooder, sending
+        from `port`) to the peer of host `dst`, over the same links as the peers'."""
+        delay = self.model.fate(src, dst, self._link_rng) if dst != src else 0.0
+        if delay < 0:
+            self.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
+            return
+        self.stats["injected"] += 1
+        heapq.heappush(
+            self._heap,
+            (
+                self.now + delay,
+                next(self._seq),
+                _DELIVER,
+                dst,
+                data,
+                (self.addresses[src][0], port),
+            ),
+        )
+
     def at(self, t: float, action: Callable[[], None]) -> None:
         """Run `action` at virtual time t (>= now)."""
         heapq.heappush(self._heap, (max(t, self.now), next(self._seq), _CALL, action, None, None))

@@ -258,6 +258,32 @@ def test_a_run_under_a_script_checks_after_each_quiet_period(tmp_path):
     assert len(schedule) == len({(a["due_t"], a["kind"], a["line"]) for a in applied})
 
 
+def test_a_simulated_flood_is_limited_per_source_and_the_overlay_holds(tmp_path):
+    # 2,000 valid-looking Pings a second from a host without a peer to two peers: each
+    # takes its burst and then 200 a second from that source (node/limits.py), drops the
+    # rest before decoding, and the overlay is whole at every check.
+    script = write(
+        tmp_path,
+        "f.churn",
+        "from 0s to 10s join h1,h2,h3,h4,h5,h6,h7,h8,h9,h10\n"
+        "from 20s to 40s flood h11 -- h2,h3 at 2000/s\nat 60s stop",
+    )
+    spec, data = load_spec(None, [f'churn.script="{script}"', "churn.settle_s=10"], defaults=SMALL)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (flood,) = summary["floods"]
+    assert (flood["host"], flood["targets"], flood["seconds"]) == ("h11", 2, 20.0)
+    assert 0.99 * 40_000 <= flood["sent"] <= 40_000
+    datagrams = summary["sim"]["peer_datagrams"]
+    limit = 2 * (400 + 200 * 20)  # two peers: a burst, then the rate for 20 s
+    # (to within the refill over the last slice and the links' delay)
+    assert datagrams["dropped"]["rate_limited"] == pytest.approx(flood["sent"] - limit, abs=20)
+    assert datagrams["rx"] == datagrams["accepted"] + sum(datagrams["dropped"].values())
+    assert summary["invariants"]["violations"] == 0
+    applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
+    assert [a["kind"] for a in applied if a["kind"] == "flood"] == ["flood", "flood"]
+
+
 def test_violations_name_their_peers_and_the_events_behind_them(tmp_path):
     # With the overlay merge off (remember_dead_s = 0), a partition longer than
     # suspect_after_s splits the overlay for good (docs/can.md, "Overlay merge").

@@ -56,12 +56,14 @@ def test_every_statement_kind_parses_to_its_fields():
     at 13m set loss all 5%
     at 15m frame 3
     from 16m to 17m flap h1 -- c3-17 every 5s
+    from 18m to 19m flood h1 -- cluster=c2 at 2500/s
+    from 18m to 19m flood h2 -- h3 at 0.5/s port 9000
     at 30m stop
     """
     s = parse_churn(script, "t.churn")
     assert [x.verb for x in s] == [
         "join", "join", "crash", "freeze", "thaw", "churn", "partition", "heal",
-        "latency", "latency", "loss", "frame", "flap", "stop",
+        "latency", "latency", "loss", "frame", "flap", "flood", "flood", "stop",
     ]  # fmt: skip
     assert s[0].line == 4 and s[0].selector.count.value == 64
     assert s[1].selector.count.percent and (s[1].start, s[1].end) == (60, 120)
@@ -73,6 +75,8 @@ def test_every_statement_kind_parses_to_its_fields():
     assert s[8].value == pytest.approx(0.120) and s[9].value is None
     assert s[10].groups == () and s[10].value == pytest.approx(0.05)
     assert s[11].value == 3 and s[12].period == 5 and s[12].groups[1].names == ("c3-17",)
+    assert s[13].value == 2500 and s[13].groups[1].label == ("cluster", "c2") and not s[13].extra
+    assert s[14].value == 0.5 and s[14].extra == {"port": 9000}
 
 
 @pytest.mark.parametrize(
@@ -87,6 +91,9 @@ def test_every_statement_kind_parses_to_its_fields():
         ("at (3-5)s join 1", 1, 9, "expected 0 to a year"),
         ("at 5s partition h1 |", 1, 21, "ends too early"),
         ("at 5s flap h1 -- h2 every 0s", 1, 27, "T > 0"),
+        ("from 1s to 2s flood h1 -- h2 at 0/s", 1, 33, "above 0/s"),
+        ("from 1s to 2s flood h1 -- h2 at 5", 1, 33, "a rate of datagrams such as 2000/s"),
+        ("from 1s to 2s flood h1 -- h2 at 5/s port 0", 1, 42, "within 1..65535"),
         ("at 1s join 1\nat 2s set loss h1 -- h2 101%", 2, 25, "more than 100%"),
         ("at 5s join €", 1, 12, "unexpected '€'"),
         ("at 1s crash " + "9" * 400, 1, 13, "at most 10,000,000"),
@@ -164,6 +171,13 @@ def test_newest_picks_the_most_recently_joined():
         ("at 0s join 3\nat 5s stop\nat 6s join 1", 3, "not before `stop` at 5s (line 2)"),
         ("from 0s to 5s heal", 1, "write `at T`"),
         ("at 5s flap h1 -- h2 every 1s", 1, "needs a span"),
+        ("at 5s flood h1 -- h2 at 9/s", 1, "needs a span"),
+        ("from 0s to 5s flood h1 -- h1 at 9/s", 1, "no target but its own sources"),
+        (
+            "from 0s to 5s flood h1 -- h2 at 9/s\nfrom 4s to 6s flood h3,h1 -- h2 at 9/s",
+            2,
+            "h1 already floods from 0s to 5s (line 1)",
+        ),
         ("at 0s join 40\nat 1s churn 10%", 2, "only 0 are idle"),
         ("at 0s partition h1,h2 | h2,h3", 1, "h2 is on two sides"),
         ("at 0s partition all", 1, "no partition"),
@@ -267,6 +281,9 @@ _actions = st.one_of(
     ),
     st.integers(1, 20).map(lambda f: f"frame {f}"),
     st.tuples(_groups, _groups, _times).map(lambda t: f"flap {t[0]} -- {t[1]} every {t[2]}"),
+    st.tuples(_groups, _groups, st.integers(0, 10**7)).map(
+        lambda t: f"flood {t[0]} -- {t[1]} at {t[2]}/s"
+    ),
 )
 _whens = st.one_of(
     _times.map(lambda t: f"at {t}"),

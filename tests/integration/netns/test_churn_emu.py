@@ -14,6 +14,7 @@ from .conftest import SPEC as CAN_SPEC
 
 SCRIPT = """
 from 0s to 6s join 75%
+from 2s to 5s flood h1 -- all at 300/s  # Pings to every host, a peer's or not
 at 8s crash 1                           # repaired before the check at 20 s
 from 22s to 23s partition random 50%    # shorter than suspect_after_s
 from 25s to 27s freeze 1
@@ -46,8 +47,14 @@ def test_a_churn_script_on_real_processes(tmp_path):
         "cut",
         "mend",
         "leave",
+        "flood",
         "stop",
     }
+    (flood,) = summary["floods"]
+    assert flood["host"] == "h1" and flood["send_errors"] == 0
+    assert 0.8 * 900 <= flood["sent"] <= 900 * 1.05, flood  # 3 s at 300/s
+    datagrams = summary["emu"]["peer_datagrams"]
+    assert datagrams["rx"] == datagrams["accepted"] + sum(datagrams["dropped"].values())
     # Every action is timed against its due time (the 50 ms figure is a campaign's
     # measurement, not a test: machines are shared); here only gross faults fail.
     assert all(a["applied_t"] >= a["due_t"] for a in applied)

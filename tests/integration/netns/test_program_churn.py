@@ -152,6 +152,30 @@ def test_a_missing_program_fails_at_once(wan):
         wan.exec("/nonexistent/peer", hosts=["h2"])
     with pytest.raises(InputError, match="no such program"):
         wan.apply_churn("at 1s join 1\n", command="gosip")
+    with pytest.raises(InputError, match="needs its port"):
+        wan.apply_churn("from 1s to 2s flood h1 -- h2 at 10/s\n", command="sleep 9")
+
+
+# Counts the datagrams that reach {ip}:9999 until none came for a second, then writes how many.
+COUNTER = (
+    f'{sys.executable} -c "import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); '
+    "s.bind(('{ip}',9999)); s.settimeout(4); n=0\n"
+    "try:\n while True: s.recv(2048); n+=1; s.settimeout(1)\n"
+    "except socket.timeout: open(sys.argv[1],'w').write(str(n))\" {run}/{name}.count"
+)
+
+
+def test_a_flood_reaches_a_programs_port_at_its_rate(wan):
+    summary = wan.apply_churn(
+        "at 0s join h2,h3\nfrom 1s to 3s flood h1 -- h2,h3 at 400/s port 9999\nat 6s stop\n",
+        command=COUNTER,
+        settle_s=1.0,
+    ).wait(60)
+    (flood,) = summary["floods"]
+    assert flood["host"] == "h1" and flood["targets"] == 2 and flood["send_errors"] == 0
+    assert 0.8 * 800 <= flood["sent"] <= 800 * 1.05, flood  # 2 s at 400/s
+    received = sum(int(Path(wan.run_dir, f"{h}.count").read_text()) for h in ("h2", "h3"))
+    assert received == flood["sent"]  # the WAN delivered every one (no loss configured)
 
 
 def _eventually(condition, timeout_s: float = 2.0) -> bool:
