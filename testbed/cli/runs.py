@@ -90,9 +90,15 @@ def campaign(
         "run", "status", "events", "violations", "unsettled checks", "abrupt leaves",
         "settle wait max s", "repair p50/p99 s",
     )  # fmt: skip
-    for col in (*columns, "late p50/p99 ms"):
+    rows = result["rows"]
+    extra = [
+        (key, title)
+        for key, title in (("within_bound", "WAN within bound"), ("flood_per_s", "flood /s"))
+        if any(row.get(key) is not None for row in rows)
+    ]
+    for col in (*columns, "late p50/p99 ms", *(title for _, title in extra)):
         table.add_column(col, justify="left" if col in ("run", "status") else "right")
-    for row in result["rows"]:
+    for row in rows:
         table.add_row(
             row["run"],
             row["status"],
@@ -103,6 +109,7 @@ def campaign(
             pq(row["settle_wait_s"], "max"),
             f"{pq(row['repair_s'], 'p50')} / {pq(row['repair_s'], 'p99')}",
             f"{pq(row['lateness_ms'], 'p50')} / {pq(row['lateness_ms'], 'p99')}",
+            *(pq(row, key) for key, _ in extra),
         )
     table.add_section()
     table.add_row(
@@ -115,8 +122,16 @@ def campaign(
         pq(result["settle_wait_s"], "max"),
         f"{pq(result['repair_s'], 'p50')} / {pq(result['repair_s'], 'p99')}",
         f"{pq(result['lateness_ms'], 'p50')} / {pq(result['lateness_ms'], 'p99')}",
+        *("" for _ in extra),
     )
     console.print(table)
+    by_script = result.get("repair_s_by_script", {})
+    if len(by_script) > 1:  # side by side: one script against another (a flood, say)
+        for script, figures in by_script.items():
+            console.print(
+                f"  crash to takeover under {script}: p50 {pq(figures, 'p50', ' s')}, "
+                f"p99 {pq(figures, 'p99', ' s')}"
+            )
     for bad in result["violating_checks"][:10]:
         peers = sorted({p for v in bad["first"] for p in v["peers"]})
         lines = sorted({e["line"] for e in bad["events"]})

@@ -144,6 +144,10 @@ class _Campaign:
             "leaves_abrupt": sum(r["leaves_abrupt"] for r in rows),
             "settle_wait_s": quantiles(self.waits),
             "repair_s": {**quantiles(self.repair), **self.totals},
+            "repair_s_by_script": {
+                script: quantiles([v for r in rows if r["script"] == script for v in r["values"]])
+                for script in dict.fromkeys(r["script"] for r in rows)
+            },
             "lateness_ms": quantiles(self.lateness),
             "wall_s": round(time.monotonic() - self.wall0, 1),
             "rows": rows,
@@ -156,6 +160,7 @@ class _Campaign:
     def _finished(self, k: int, script: str, seed: int, run_dir: Path) -> None:
         row = _row(run_dir, script, seed, self.repair, self.lateness, self.violating, self.totals)
         self.waits.extend(row.pop("waits"))
+        row["values"] = row.pop("repair_values")  # kept for the by-script figures, not shown
         self.rows.append(row)
         self.rows.sort(key=lambda r: self.order[(r["script"], r["seed"])])
         write_json(self.folder / "campaign.json", self.result("running"))
@@ -280,6 +285,14 @@ def _row(
         "settle_wait_s": quantiles(waits),
         "leaves_abrupt": summary.get("leaves", {}).get("abrupt", 0),
         "repair_s": {k: run_repair.get(k) for k in ("p50", "p99", "crashes", "unrepaired")},
+        "repair_values": run_repair.get("values", []),
         "lateness_ms": quantiles(late),
+        # The emulated WAN's verdict on itself (None in the simulator), what floods sent.
+        "within_bound": summary.get("wan", {}).get("fidelity", {}).get("within_bound"),
+        "flood_per_s": (
+            round(sum(f.get("per_s") or 0.0 for f in summary["floods"]), 1)
+            if summary.get("floods")
+            else None
+        ),
         "wall_s": summary["wall_s"],
     }
