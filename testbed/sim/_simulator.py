@@ -229,22 +229,16 @@ class Simulator:
     def inject(self, src: int, dst: int, data: bytes, port: int) -> None:
         """A datagram from something on host `src` besides its peer (a flooder, sending
         from `port`) to the peer of host `dst`, over the same links as the peers'."""
+        self._transmit(src, dst, data, (self.addresses[src][0], port), "injected")
+
+    def _transmit(self, src: int, dst: int, data: bytes, source: Address, counter: str) -> None:
+        """Onto the heap at the pair's delay, or dropped as the link model decides."""
         delay = self.model.fate(src, dst, self._link_rng) if dst != src else 0.0
         if delay < 0:
             self.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
             return
-        self.stats["injected"] += 1
-        heapq.heappush(
-            self._heap,
-            (
-                self.now + delay,
-                next(self._seq),
-                _DELIVER,
-                dst,
-                data,
-                (self.addresses[src][0], port),
-            ),
-        )
+        self.stats[counter] += 1
+        heapq.heappush(self._heap, (self.now + delay, next(self._seq), _DELIVER, dst, data, source))
 
     def at(self, t: float, action: Callable[[], None]) -> None:
         """Run `action` at virtual time t (>= now)."""
@@ -358,15 +352,7 @@ class _PeerOutputs:
         if dst is None:
             sim.stats["dropped.no_host"] += 1
             return
-        delay = sim.model.fate(host, dst, sim._link_rng) if dst != host else 0.0
-        if delay < 0:
-            sim.stats[f"dropped.{DROP_REASONS[delay]}"] += 1
-            return
-        sim.stats["sent"] += 1
-        heapq.heappush(
-            sim._heap,
-            (sim.now + delay, next(sim._seq), _DELIVER, dst, data, sim.addresses[host]),
-        )
+        sim._transmit(host, dst, data, sim.addresses[host], "sent")
 
     def on_timer(self, deadline: float | None) -> None:
         sim, host = self.sim, self.host
