@@ -316,6 +316,11 @@ def test_a_campaign_runs_scripts_by_seeds_into_one_table(tmp_path, jobs):
     assert all(r["checks"] == 2 and r["checks_unsettled"] == 0 for r in result["rows"])
     assert result["settle_wait_s"]["max"] is not None
     assert result["repair_s"]["crashes"] == 2 and result["repair_s"]["p50"] > 0
+    # Crash to takeover by script (b has no crash), pooled over its seeds.
+    by_script = result["repair_s_by_script"]
+    assert list(by_script) == [a, b] and by_script[b]["p50"] is None
+    assert by_script[a]["max"] == max(v for r in result["rows"][:2] for v in r["values"])
+    assert all(r["within_bound"] is None and r["flood_per_s"] is None for r in result["rows"])
     assert result["lateness_ms"]["p99"] == 0.0
     assert json.loads((folder / "campaign.json").read_text())["runs"] == 4
     assert (folder / "campaign.png").stat().st_size > 10_000
