@@ -291,7 +291,8 @@ class _Flood:
         for _ in range(due):
             data = self.pings()
             target = self.targets[self.pings.seq % len(self.targets)]
-            if target in sim.peers:  # no peer, no socket: the datagram goes nowhere
+            # No peer, or another port than the peers': no socket, the datagram goes nowhere.
+            if self.port == sim.port and target in sim.peers:
                 sim.inject(self.source, target, data, FLOOD_SOURCE_PORT)
             self.sent += 1
         sim.at(sim.now + FLOOD_SLICE_S, self.tick)
