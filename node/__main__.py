@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from pathlib import Path
@@ -61,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         help="join at once via these peers (empty: found a new overlay)",
     )
     parser.add_argument(
-        "--leave-timeout", type=float, default=30.0, help="graceful leave bound on SIGTERM, seconds"
+        "--leave-timeout",
+        type=float,
+        default=None,
+        help="graceful leave bound on SIGTERM, seconds (default: the CAN's leave_timeout_s + 5)",
     )
     args = parser.parse_args(argv)
+    if args.leave_timeout is not None and not (0 < args.leave_timeout < math.inf):
+        parser.error(f"--leave-timeout: must be > 0 seconds, not {args.leave_timeout}")
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -87,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
                 control=args.control,
                 log=log,
                 bootstraps=args.join,
-                leave_timeout_s=args.leave_timeout,
+                leave_timeout_s=(
+                    config.can.leave_timeout_s + 5.0
+                    if args.leave_timeout is None
+                    else args.leave_timeout
+                ),
             )
         )
     except OSError as exc:

@@ -47,7 +47,10 @@ class CanConfig:
     )
     # Indirect news not refreshed for this long is dropped; None: five update periods.
     forget_after_s: float | None = None
-    leave_attempts: int = 8  # MERGE attempts before leaving abruptly
+    # A leave proposes a MERGE whenever its neighbourhood is quiet; after leave_attempts
+    # refused ones, or leave_timeout_s without a quiet moment, it leaves abruptly.
+    leave_attempts: int = 30
+    leave_timeout_s: float = 60.0
     # Who receives a Propose: "neighbourhood" (direct and indirect neighbours, as
     # seed 002 §6.2 has it) or "direct" (enough to catch interfering commands,
     # whose nodes are within two hops: a common neighbour sees both; docs/can.md).
@@ -88,6 +91,7 @@ class CanConfig:
                 "retry_max_s",
                 "busy_timeout_s",
                 "tombstone_ttl_s",
+                "leave_timeout_s",
                 "gossip_window_s",
                 "forget_after_s",
                 "root_period_s",

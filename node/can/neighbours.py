@@ -165,6 +165,9 @@ class NeighbourTable:
         self.direct: set[int] = set()
         self.direct_version = 0  # bumped whenever `direct` may have changed
         self.tombstones: dict[int, tuple[Tombstone, float]] = {}  # id -> (stone, expires)
+        # Peers whose own MERGE commit told us they left, and the instance it carried:
+        # their tombstone's zone is first-hand and final (takeover.py needs no look).
+        self.departed: dict[int, int] = {}
         self.suspects: dict[int, tuple[int, float]] = {}  # id -> (probe nonce, deadline)
         self.rtt: dict[int, float] = {}  # id -> smoothed RTT of our Propose/ProposeOK exchanges
         self.their_neighbors: dict[int, tuple[PeerInfo, ...]] = {}  # each one's last summaries
@@ -304,6 +307,8 @@ class NeighbourTable:
             if stale or (same and (old[0].path or not path)):
                 return
         stone = Tombstone(info.id, info.instance, info.lo, info.hi, path)
+        if reason == "left":
+            self.departed[info.id] = info.instance
         expires = now + self.local.config.tombstone_ttl_s if old is None else old[1]
         self.tombstones[info.id] = (stone, expires)
         self.changed()
@@ -531,6 +536,7 @@ class NeighbourTable:
         expired = [i for i, (_, until) in self.tombstones.items() if now >= until]
         for ident in expired:
             del self.tombstones[ident]
+            self.departed.pop(ident, None)
         stale = [
             i
             for i, k in self.known.items()

@@ -377,6 +377,8 @@ class Takeover:
         lives in the subtree. Only after `propose_timeout_s` of silence do we
         take over; the answer is good for one update period.
         """
+        if self._departed_exactly(box, dead):
+            return True
         config = self.local.config
         deadline = self.checks.get(sid)
         if deadline is not None:
@@ -388,6 +390,25 @@ class Takeover:
             self.route_lookup(point, now)
         self.checks[sid] = now + config.propose_timeout_s
         return False
+
+    def _departed_exactly(self, box: tuple[list[float], list[float]], dead: list[DeadBox]) -> bool:
+        """Whether the subtree `box` is covered by the zones of peers that left by a
+        MERGE commit: each said so itself, with its zone as it was when it went (it can
+        split no more), so nobody unknown can live in there and no look is needed. A
+        graceful leave is repaired at once instead of after propose_timeout_s, during
+        which its neighbours refuse every change around it (at 1,000 peers with steady
+        churn, leaves ran out of attempts on "dead zone nearby")."""
+        departed, tombstones = self.table.departed, self.table.tombstones
+        blo, bhi = box
+        inside = []
+        for lo, hi, ident in dead:
+            if not overlap(lo, hi, blo, bhi):
+                continue
+            stone = tombstones.get(ident)
+            if stone is None or departed.get(ident) != stone[0].instance:
+                return False
+            inside.append((lo, hi))
+        return bool(inside) and covered_by(blo, bhi, inside)
 
     def _check_points(
         self,

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from node.can.overlay import CanOverlay, Status
-from node.events import PeerDeclaredDead
+from node.events import Left, PeerDeclaredDead
 from node.wire import (
     COMMIT_MERGE,
     COMMIT_NOOP,
@@ -15,12 +15,14 @@ from node.wire import (
     JoinAck,
     JoinRequest,
     JoinRetry,
+    PathEntry,
     PeerInfo,
     Propose,
     ProposeOK,
+    Update,
 )
 
-from .conftest import SPACE, Wire, overlay
+from .conftest import CONFIG, SPACE, Wire, overlay
 
 
 def founder() -> tuple[CanOverlay, Wire]:
@@ -137,3 +139,56 @@ def test_out_of_range_ranks_and_kinds_are_invalid():
     assert voter.handle_message(2, x, Propose(10, -1, COMMIT_MERGE), 1.0) is not None
     assert voter.handle_message(2, x, Propose(10, 1, 9), 1.0) is not None
     assert voter.handle_message(2, x, JoinRequest(1, newcomer(9), 0, 1 << 20), 1.0) is not None
+
+
+LEFT, RIGHT = PathEntry(1, 0, 50.0, False), PathEntry(1, 0, 50.0, True)
+N = PeerInfo(20, "10.0.0.20", 7000, 3, (80.0, 0.5), (50.0, 0), (100, 1), (RIGHT,))
+
+
+def busy_member():
+    """The left half, whose neighbour (the right half) is running a SPLIT it said
+    YES to: a MERGE of ours must wait."""
+    a, wire = overlay(point=(20.0, 0.3))
+    a.join([], 0.0)
+    a.neighbours.set_zone((0, 0), (50.0, 1), (LEFT,), "test", 0.0)
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), 0.1)
+    wire.sent.clear()
+    a.handle_message(N.id, (N.host, N.port), Propose(10, 1, COMMIT_SPLIT), 1.0)
+    assert answers(wire) == [(10, True, "")]
+    return a, wire
+
+
+def test_a_leave_waits_for_quiet_without_spending_attempts():
+    a, wire = busy_member()
+    a.leave(1.5)
+    assert a.status == Status.LEAVING and not wire.take(Propose)
+    now = 1.5
+    while not (proposed := wire.take(Propose)):
+        a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), now)  # alive
+        now = a.get_timer()
+        a.handle_timer(now)
+        assert now < 1.0 + CONFIG.busy_for_s + 2 * CONFIG.retry_min_s
+    # The neighbour's command was forgotten after busy_for_s: the first MERGE, rank 1.
+    [(_, propose)] = proposed
+    assert propose.kind == COMMIT_MERGE and propose.rank == 1
+    a.handle_message(N.id, (N.host, N.port), ProposeOK(propose.instance, True), now + 0.1)
+    [left] = [e for e in wire.events if isinstance(e, Left)]
+    assert left.graceful and left.attempts == 1
+
+
+def test_a_leave_that_never_finds_quiet_ends_abruptly_after_its_timeout():
+    a, wire = busy_member()
+    a.leave(1.5)
+    now, instance = 1.5, 10
+    while a.status == Status.LEAVING:
+        instance += 1  # the neighbour proposes again and again: never quiet
+        a.handle_message(N.id, (N.host, N.port), Update(N, (), ()), now)
+        a.handle_message(N.id, (N.host, N.port), Propose(instance, 1, COMMIT_SPLIT), now)
+        now = a.get_timer()
+        a.handle_timer(now)
+    assert not wire.take(Propose)
+    [left] = [e for e in wire.events if isinstance(e, Left)]
+    assert not left.graceful and left.attempts == 0
+    assert 1.5 + CONFIG.leave_timeout_s <= left.t < 1.5 + CONFIG.leave_timeout_s + 1.0
+    [(_, notice)] = wire.take(Commit)[-1:]  # the abrupt leave still says so
+    assert notice.kind == COMMIT_MERGE

@@ -19,7 +19,16 @@ from __future__ import annotations
 import msgspec
 
 from node.events import Inconsistent, TookOver
-from node.wire import Lookup, PathEntry, PeerInfo, ProbeReply, Tombstone, Update
+from node.wire import (
+    COMMIT_MERGE,
+    Commit,
+    Lookup,
+    PathEntry,
+    PeerInfo,
+    ProbeReply,
+    Tombstone,
+    Update,
+)
 
 from .conftest import CONFIG, SPACE, overlay
 
@@ -262,3 +271,26 @@ def test_a_slab_part_no_tombstone_covers_is_looked_up():
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
     points = [m.point for _, m in wire.take(Lookup)]
     assert any(p[0] >= 75.0 and p[1] < 0.5 for p in points)
+
+
+def test_a_zone_left_by_its_owners_merge_is_taken_at_once():
+    # The leaver's own commit gives its zone as it was when it went: nobody unknown
+    # can live in it, so no look (which held every change around it for
+    # propose_timeout_s) comes first.
+    a, wire = member_a()
+    leaver = PeerInfo(60, "10.0.0.60", 7000, 5, (80.0, 0.5), (50.0, 0), (100, 1), (RIGHT,))
+    addr = (leaver.host, leaver.port)
+    a.handle_message(leaver.id, addr, Commit(6, COMMIT_MERGE, leaver, None, (N,)), 1.0)
+    assert not wire.take(Lookup)
+    assert (a.lo, a.hi) == ((0, 0), (SPACE.hi[0], 0.5))
+    [took] = [e for e in wire.events if isinstance(e, TookOver)]
+    assert took.dead == [leaver.id]
+
+
+def test_a_zone_left_by_a_merge_but_buried_stale_is_looked_into():
+    # The same zone known only by gossip of an older instance: looked into as after a crash.
+    a, wire = member_a()
+    old = Tombstone(60, 3, (50.0, 0), (100, 1), (RIGHT,))
+    a.handle_message(N.id, (N.host, N.port), Update(N, (), (old,)), 1.0)
+    assert wire.take(Lookup)
+    assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
