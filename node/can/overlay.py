@@ -577,7 +577,7 @@ class CanOverlay:
             # against our zone: a neighbour we would never list, nor cover our face with.
             table.refresh_direct([sender], now)
         if takeover.taken:
-            takeover.give_back(now)
+            takeover.give_back(now, [me])
         if changed or learned:
             takeover.repair(now)
         if update.neighbors and sender not in table.direct and self._local.lo:

@@ -58,6 +58,8 @@ __all__ = ["MAX_CHECK_LOOKUPS", "Takeover"]
 
 # Lookups into a dead subtree before taking it over, of each of two kinds (see _checked).
 MAX_CHECK_LOOKUPS = 8
+# Our recent takeovers kept for give_back.
+MAX_TAKEN = 16
 
 Box = tuple[tuple[float, ...], tuple[float, ...]]
 DeadBox = tuple[tuple[float, ...], tuple[float, ...], int]  # (lo, hi, id) of a dead zone
@@ -307,6 +309,7 @@ class Takeover:
         path = tuple(e for e in local.path if e.sid != entry.sid)
         table.set_zone(lo, hi, path, "takeover", now)
         stones = [table.tombstones[m][1] for m in members if m in table.tombstones]
+        del self.taken[: max(0, len(self.taken) + 1 - MAX_TAKEN)]
         self.taken.append(
             _Taken(
                 (tuple(blo), tuple(bhi)),
@@ -320,43 +323,86 @@ class Takeover:
         table.send_updates(now)
         self.checks.pop(entry.sid, None)
 
-    def give_back(self, now: float) -> None:
-        """Undo our last takeover if it was wrong: a live zone we did not know of
-        lies inside the subtree we took from, and overlaps us (that subtree's
-        survivor took what we took) or is a leaf of that subtree (the split we
-        dropped is in its path): by the takeover rule the subtree repairs itself.
-        Without the second case a survivor that grew inside the subtree while we
-        took our slab of it left a strip between us that nobody may absorb: its
-        slab towards the strip overlaps us, and for us the strip is no longer the
-        other side of a split (docs/can.md, "A survivor that grows inside the
-        subtree we took from"). Only on first-hand news of it (a stale summary may be of a dead
-        node, and giving back then would leave a gap), and only while our zone
-        is still what the takeover made it."""
+    def give_back(self, now: float, speakers: Sequence[PeerInfo]) -> None:
+        """Undo a takeover that was wrong: a live zone we did not know of lies inside
+        the subtree we took from, and overlaps us (that subtree's survivor took what
+        we took) or is a leaf of that subtree (the split we dropped is in its path):
+        by the takeover rule the subtree repairs itself. Without the second case a
+        survivor that grew inside the subtree while we took our slab of it left a
+        strip between us that nobody may absorb: its slab towards the strip overlaps
+        us, and for us the strip is no longer the other side of a split (docs/can.md,
+        "A survivor that grows inside the subtree we took from"). Only on first-hand
+        news of it (a stale summary may be of a dead node, and giving back then would
+        leave a gap): the peers in `speakers`, who spoke to us just now.
+
+        While our zone is still what the takeover made it, the zone before it comes
+        back. After later changes (more takeovers, say, while a partition made a
+        whole subtree look dead), we give back what lies across the split we dropped
+        and put the split back in our path: at 1,000 peers a takeover during a
+        partition, kept through two more, left a region that the subtree's survivor
+        could not take (we stuck into its slab) nor anyone else (a gap for good). Not
+        after a split of ours: part of what we took is a joiner's then."""
         local = self.local
         zone = (local.lo, local.hi, local.path)
-        self.taken = [t for t in self.taken if now < t.until and t.after == zone]
+        self.taken = [
+            t for t in self.taken if now < t.until and overlap(local.lo, local.hi, *t.box)
+        ]
         if not self.taken:
             return
-        taken = self.taken[-1]
-        blo, bhi = taken.box
-        recent = now - local.config.update_interval_s
-        for known in self.table.known.values():
-            info = known.info
-            if (
-                known.spoke_at >= recent  # first-hand: third-party news may be of the dead
-                and info.lo
-                and contained(info.lo, info.hi, blo, bhi)
-                and (
-                    overlap(info.lo, info.hi, local.lo, local.hi)
-                    or any(e.sid == taken.split for e in info.path)
-                )
-            ):
+        fresh = [info for info in speakers if info.lo]
+        for index in range(len(self.taken) - 1, -1, -1):
+            taken = self.taken[index]
+            blo, bhi = taken.box
+            survivor = next(
+                (
+                    info
+                    for info in fresh
+                    if contained(info.lo, info.hi, blo, bhi)
+                    and (
+                        overlap(info.lo, info.hi, local.lo, local.hi)
+                        or any(e.sid == taken.split for e in info.path)
+                    )
+                ),
+                None,
+            )
+            if survivor is None:
+                continue
+            if taken.after == zone:
                 lo, hi, path = taken.before
-                self.taken.pop()
-                self.table.set_zone(lo, hi, path, "gave back", now)
-                local.emit(Inconsistent(now, "took over a live subtree: gave it back", [info.id]))
-                self.table.send_updates(now)
-                return
+            elif self._only_grew(taken):
+                lo, hi, path = self._across(taken)
+            else:
+                continue  # we split since: what we took is partly a joiner's now
+            del self.taken[index]
+            self.table.set_zone(lo, hi, path, "gave back", now)
+            local.emit(Inconsistent(now, "took over a live subtree: gave it back", [survivor.id]))
+            self.table.send_updates(now)
+            return
+
+    def _only_grew(self, taken: _Taken) -> bool:
+        """Whether our zone only grew since `taken` (more takeovers: no split since)."""
+        local = self.local
+        lo, hi, path = taken.after
+        sids = {e.sid for e in path}
+        return contained(lo, hi, local.lo, local.hi) and all(e.sid in sids for e in local.path)
+
+    def _across(self, taken: _Taken) -> Zone:
+        """Our zone without what lies across the split that `taken` dropped, and our
+        path with that split back in its place."""
+        local = self.local
+        before_path = taken.before[2]
+        at = next(k for k, e in enumerate(before_path) if e.sid == taken.split)
+        entry = before_path[at]
+        lo, hi = list(local.lo), list(local.hi)
+        if entry.upper:
+            lo[entry.dim] = max(lo[entry.dim], entry.pos)
+        else:
+            hi[entry.dim] = min(hi[entry.dim], entry.pos)
+        earlier = {e.sid for e in before_path[:at]}
+        path = list(local.path)
+        place = max((k + 1 for k, e in enumerate(path) if e.sid in earlier), default=0)
+        path.insert(place, entry)
+        return tuple(lo), tuple(hi), tuple(path)
 
     def _checked(
         self,
@@ -658,7 +704,7 @@ class Takeover:
             if table.learn(origin, now, direct=True):
                 table.recompute_direct(now)
                 if self.taken:
-                    self.give_back(now)
+                    self.give_back(now, [origin])
             local.send((origin.host, origin.port), Update(local.info(), (), ()))
             return
         if hop is None:

@@ -179,6 +179,20 @@ def test_a_zone_that_changed_since_its_takeover_is_kept():
     assert (a.lo, a.hi, a.path) == ((0, 0), (75.0, 0.5), split)
 
 
+def test_what_lies_across_the_split_is_given_back_after_later_takeovers():
+    # A took B, then more (here the upper half, as if N died): a survivor of B speaks.
+    # A keeps its later gains but gives back what lies across the split it dropped,
+    # and puts that split back in its path (at 1,000 peers a takeover during a
+    # partition, kept through later ones, left a gap nobody could take).
+    a, wire = member_a()
+    took_over(a)
+    a.neighbours.set_zone((0, 0), (100, 1), (), "takeover", 3.0)  # grew: no split since
+    a.handle_message(S.id, (S.host, S.port), Update(S_TOOK_Y, (), ()), 3.5)
+    assert (a.lo, a.hi, a.path) == ((0, 0), (50.0, 1), (LEFT,))
+    [event] = [e for e in wire.events if isinstance(e, Inconsistent)]
+    assert event.peers == [S.id]
+
+
 def test_a_proposal_since_the_takeover_does_not_stop_the_give_back():
     a, _ = member_a()
     took_over(a)
