@@ -49,8 +49,10 @@ class CanConfig:
     forget_after_s: float | None = None
     # A leave proposes a MERGE whenever its neighbourhood is quiet; after leave_attempts
     # refused ones, or leave_timeout_s without a quiet moment, it leaves abruptly.
-    leave_attempts: int = 30
-    leave_timeout_s: float = 60.0
+    # (120 s: at 1,000 peers with a fifth of them replaced in a minute, graceful leaves
+    # took up to 62 s, and a 60 s bound cut 8 of 267; docs/can.md.)
+    leave_attempts: int = 60
+    leave_timeout_s: float = 120.0
     # Who receives a Propose: "neighbourhood" (direct and indirect neighbours, as
     # seed 002 §6.2 has it) or "direct" (enough to catch interfering commands,
     # whose nodes are within two hops: a common neighbour sees both; docs/can.md).
