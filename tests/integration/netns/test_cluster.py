@@ -168,19 +168,19 @@ def test_the_cli_brings_a_local_cluster_up_and_down(tmp_path):
 
 
 def test_clean_removes_what_a_killed_cluster_up_left(tmp_path):
-    before = {r["id"] for r in cluster_records()}
     up = subprocess.Popen(
         [sys.executable, "-m", "testbed.cli", "cluster", "up", "--local", "2"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
-    new = set()
-    while not new:  # its record comes first, then its namespaces and Rays
+    mine: set[str] = set()
+    while not mine:  # its record comes first, then its namespaces and Rays
         assert time.monotonic() < deadline and up.poll() is None
-        new = {r["id"] for r in cluster_records()} - before
+        # by its owner, not by what is new: a suite beside this one starts clusters too
+        mine = {r["id"] for r in cluster_records() if r.get("owner") == up.pid}
         time.sleep(0.05)
-    (cluster_id,) = new
+    (cluster_id,) = mine
     while not any(n == f"tb{cluster_id}-m2" for n in list_netns()):
         assert time.monotonic() < deadline
         time.sleep(0.05)
