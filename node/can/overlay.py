@@ -361,7 +361,7 @@ class CanOverlay:
             self._join.become_member(space.lo, space.hi, (), 1, [], now, first=True)
             self._reunion.found(now)
             return
-        self._join.attempts = 0
+        self._join.attempts = self._join.holes = 0
         self._join.try_join(now)
 
     def leave(self, now: float) -> None:
@@ -609,7 +609,7 @@ class CanOverlay:
         self._reset_membership()
         self._join.bootstraps = contacts
         local.set_status(Status.JOINING)
-        self._join.attempts = 0
+        self._join.attempts = self._join.holes = 0
         self._join.retry_at = now + wait_s  # the first attempt, as a retry due then
 
     def _on_evicted(self, sender: int, addr: Address, message: Evicted, now: float) -> None:

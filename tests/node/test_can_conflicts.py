@@ -192,3 +192,24 @@ def test_a_leave_that_never_finds_quiet_ends_abruptly_after_its_timeout():
     assert 1.5 + CONFIG.leave_timeout_s <= left.t < 1.5 + CONFIG.leave_timeout_s + 1.0
     [(_, notice)] = wire.take(Commit)[-1:]  # the abrupt leave still says so
     assert notice.kind == COMMIT_MERGE
+
+
+
+def test_a_hole_on_the_way_is_retried_soon_and_does_not_raise_the_back_off():
+    joiner, wire = overlay(point=(80.0, 0.6), address=("10.0.0.9", 7100), seed=3)
+    boot, middle = ("10.0.0.1", 7000), ("10.0.0.2", 7000)
+    joiner.join([boot], 0.0)
+    now, waits = 0.0, []
+    for _ in range(8):  # a member on the way knows no way on: a dead zone not yet absorbed
+        [(_, request)] = wire.take(JoinRequest)
+        assert request.attempt == 1  # a hole does not count as an attempt
+        joiner.handle_message(2, middle, JoinRetry(request.req, "no route"), now + 0.1)
+        waits.append(joiner.get_timer() - (now + 0.1))
+        now = joiner.get_timer()
+        joiner.handle_timer(now)
+    assert max(waits) <= 4 * CONFIG.retry_min_s + 1e-9
+    assert waits[-1] > CONFIG.retry_min_s  # it does back off a little: a hole can last
+    # A busy neighbourhood after the hole backs off as a first attempt's would.
+    [(_, request)] = wire.take(JoinRequest)
+    joiner.handle_message(2, middle, JoinRetry(request.req, "neighbourhood busy"), now + 0.1)
+    assert joiner.get_timer() - (now + 0.1) <= CONFIG.retry_min_s + 1e-9
