@@ -72,6 +72,10 @@ class CanConfig:
     remember_dead_s: float = 300.0
     root_period_s: float | None = None
     merge_size_ratio: float = 8.0
+    # A dead region next to our zone that the takeover rule leaves alone this long after
+    # we learnt of its death is taken by its extent (node/can/takeover.py, "orphans";
+    # None: ten update periods; 0: never).
+    orphan_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.busy_timeout_s is None:
@@ -80,6 +84,8 @@ class CanConfig:
             object.__setattr__(self, "forget_after_s", 5 * self.update_interval_s)
         if self.root_period_s is None:
             object.__setattr__(self, "root_period_s", self.update_interval_s / 2)
+        if self.orphan_after_s is None:
+            object.__setattr__(self, "orphan_after_s", 10 * self.update_interval_s)
         check_positive(
             "can",
             self,
@@ -103,6 +109,9 @@ class CanConfig:
         remember = self.remember_dead_s
         if not (isinstance(remember, int | float) and math.isfinite(remember) and remember >= 0):
             raise FieldError("can", "remember_dead_s", f"must be >= 0 seconds, not {remember!r}")
+        orphan = self.orphan_after_s
+        if not (isinstance(orphan, int | float) and math.isfinite(orphan) and orphan >= 0):
+            raise FieldError("can", "orphan_after_s", f"must be >= 0 seconds, not {orphan!r}")
         ratio = self.merge_size_ratio
         if not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 1):
             raise FieldError("can", "merge_size_ratio", f"must be a number > 1, not {ratio!r}")
@@ -152,6 +161,12 @@ class CanConfig:
         """root_period_s, resolved."""
         assert self.root_period_s is not None
         return self.root_period_s
+
+    @property
+    def orphan_wait_s(self) -> float:
+        """orphan_after_s, resolved."""
+        assert self.orphan_after_s is not None
+        return self.orphan_after_s
 
     @property
     def forget_news_after_s(self) -> float:

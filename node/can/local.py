@@ -69,6 +69,10 @@ class LocalNode:
     def new_id(self) -> int:
         return self.rng.getrandbits(ID_BITS) or 1
 
+    def split_id(self) -> int:
+        """An id for a split of our zone made now (unique: our instance changes with it)."""
+        return (self.id << 15) | (self.instance & 0x7FFF)
+
     def info(self) -> PeerInfo:
         return PeerInfo(
             self.id,

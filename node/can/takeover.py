@@ -27,6 +27,19 @@
 #   by known neighbours, or borders a dead region nobody absorbs, makes us look
 #   up the owners of points across it.
 #
+#   Orphans: the rule needs the takers' paths to describe one tree. After
+#   partitions that each side repaired its own way, they may not: at 1,000
+#   peers a dead region's only neighbour across its face saw, by its path,
+#   that face's other subtree reach far beyond the region, over a live zone,
+#   and nobody took the region for good (campaign-sim partitions seed 2). So a
+#   dead region next to us that the rule leaves alone for orphan_after_s after
+#   we learnt of its death is taken by its extent: our zone stretched across one face, as far as dead
+#   zones cover it and no live zone we know lies in it, after a look into it
+#   as above. The faces wait their turn (one update period more for each
+#   dimension and side), and such a takeover yields to any live zone that
+#   turns out to overlap it (give_back), so that two orphan takers, or an
+#   orphan taker and the rule's, do not keep overlapping.
+#
 # Rules
 #   1. A dead region is never absorbed while a live node known to us overlaps
 #      it (our news of it is stale).
@@ -78,6 +91,7 @@ class _Taken:
     before: Zone
     after: Zone
     until: float
+    orphan: bool = False  # taken by its extent (`box` is the slab), see _take_orphan
 
 
 def _within_one_stretch(
@@ -213,7 +227,10 @@ class Takeover:
             return
         for _ in range(8):  # a takeover can bring us to another dead zone
             if not self._absorb_once(now):
-                return
+                break
+        else:
+            return
+        self._take_orphan(now)
 
     def _absorb_once(self, now: float) -> bool:
         if not self._tombstone_touches_us():
@@ -323,6 +340,129 @@ class Takeover:
         table.send_updates(now)
         self.checks.pop(entry.sid, None)
 
+    # -- orphans ---------------------------------------------------------------------------------------
+
+    def _take_orphan(self, now: float) -> bool:
+        """Take a dead region next to us that the rule has left alone for
+        orphan_after_s, by its extent (see the header), through the first face
+        whose turn has come and whose look found nobody alive."""
+        local = self.local
+        config = local.config
+        wait = config.orphan_wait_s
+        if wait <= 0 or local.status != Status.MEMBER:
+            return False
+        # Dead zones we learnt of long enough ago (a tombstone's expiry is when we
+        # learnt it plus its ttl): the rule has had its time with them.
+        tombstones, ttl = self.table.tombstones, config.tombstone_ttl_s
+        dead = self.dead_boxes()
+        live = [k.info for k in self.table.known.values()]
+        for d in range(local.space.n):
+            for upper in (True, False):
+                turn = 2 * d + (0 if upper else 1)
+                learnt_by = now - wait - turn * config.update_interval_s
+                face = self._face_entry(d, upper)
+                if face is None:
+                    continue
+                slab = self._orphan_slab(d, upper, dead, live)
+                if slab is None or any(
+                    tombstones[ident][1] - ttl > learnt_by
+                    for lo, hi, ident in dead
+                    if ident in tombstones and overlap(lo, hi, *slab)
+                ):
+                    continue
+                if not self._checked(-1 - turn, slab, dead, live, now):
+                    continue
+                self._take_slab(face, slab, dead, now)
+                self.checks.pop(-1 - turn, None)
+                return True
+        return False
+
+    def _face_entry(self, d: int, upper: bool) -> int | None:
+        """The index in our path of the split that makes our lower (upper=True) or
+        upper face in dimension d, if any and not the space's edge."""
+        local = self.local
+        at = local.lo[d] if upper else local.hi[d]
+        if at == (local.space.lo[d] if upper else local.space.hi[d]):
+            return None
+        for k in range(len(local.path) - 1, -1, -1):
+            e = local.path[k]
+            if e.dim == d and e.upper == upper and e.pos == at:
+                return k
+        return None
+
+    def _orphan_slab(
+        self, d: int, upper: bool, dead: list[DeadBox], live: list[PeerInfo]
+    ) -> tuple[list[float], list[float]] | None:
+        """Our zone stretched across its lower (upper=True) or upper face in
+        dimension d, as far as dead zones cover it and no live zone we know lies
+        in it (None: not even one dead zone's depth)."""
+        local = self.local
+        at = local.lo[d] if upper else local.hi[d]
+        ends = sorted(
+            {
+                (lo[d] if upper else hi[d])
+                for lo, hi, _ in dead
+                if (lo[d] < at if upper else hi[d] > at)
+            },
+            reverse=upper,
+        )
+        best = None
+        for end in ends:
+            slab_lo, slab_hi = list(local.lo), list(local.hi)
+            if upper:
+                slab_lo[d], slab_hi[d] = end, at
+            else:
+                slab_lo[d], slab_hi[d] = at, end
+            if any(overlap(slab_lo, slab_hi, i.lo, i.hi) for i in live):
+                break
+            relevant = [(lo, hi) for lo, hi, _ in dead if overlap(lo, hi, slab_lo, slab_hi)]
+            if not covered_by(slab_lo, slab_hi, relevant):
+                break
+            best = (slab_lo, slab_hi)
+        return best
+
+    def _take_slab(
+        self,
+        face: int,
+        slab: tuple[list[float], list[float]],
+        dead: list[DeadBox],
+        now: float,
+    ) -> None:
+        """Extend our zone through `slab` across the face made by path[face]; a new
+        split of ours at the slab's far end takes that split's place in our path."""
+        local, table = self.local, self.table
+        entry = local.path[face]
+        d = entry.dim
+        lo, hi = list(local.lo), list(local.hi)
+        if entry.upper:
+            lo[d] = slab[0][d]
+        else:
+            hi[d] = slab[1][d]
+        members = sorted(ident for dlo, dhi, ident in dead if overlap(dlo, dhi, *slab))
+        for member in members:
+            for info in table.their_neighbors.pop(member, ()):
+                table.learn(info, now)
+        volume = local.space.volume(local.lo, local.hi)
+        before = (local.lo, local.hi, local.path)
+        moved = PathEntry(local.split_id(), d, lo[d] if entry.upper else hi[d], entry.upper)
+        path = (*local.path[:face], moved, *local.path[face + 1 :])
+        table.set_zone(lo, hi, path, "takeover", now)
+        stones = [table.tombstones[m][1] for m in members if m in table.tombstones]
+        del self.taken[: max(0, len(self.taken) + 1 - MAX_TAKEN)]
+        self.taken.append(
+            _Taken(
+                (tuple(slab[0]), tuple(slab[1])),
+                entry.sid,
+                before,
+                (local.lo, local.hi, local.path),
+                min([now + local.config.tombstone_ttl_s, *stones]),
+                orphan=True,
+            )
+        )
+        local.emit(TookOver(now, members, local.space.volume(local.lo, local.hi) - volume))
+        local.emit(Inconsistent(now, "orphan dead region taken by its extent", members))
+        table.send_updates(now)
+
     def give_back(self, now: float, speakers: Sequence[PeerInfo]) -> None:
         """Undo a takeover that was wrong: a live zone we did not know of lies inside
         the subtree we took from, and overlaps us (that subtree's survivor took what
@@ -355,6 +495,13 @@ class Takeover:
             blo, bhi = taken.box
             survivor = next(
                 (
+                    info
+                    for info in fresh
+                    if overlap(info.lo, info.hi, blo, bhi)
+                    and overlap(info.lo, info.hi, local.lo, local.hi)
+                )
+                if taken.orphan  # yields to any live zone in what it took
+                else (
                     info
                     for info in fresh
                     if contained(info.lo, info.hi, blo, bhi)
@@ -400,6 +547,9 @@ class Takeover:
             hi[entry.dim] = min(hi[entry.dim], entry.pos)
         earlier = {e.sid for e in before_path[:at]}
         path = list(local.path)
+        if taken.orphan:  # the split it put in the dropped one's place goes
+            moved = {e.sid for e in taken.after[2]} - {e.sid for e in before_path}
+            path = [e for e in path if e.sid not in moved]
         place = max((k + 1 for k, e in enumerate(path) if e.sid in earlier), default=0)
         path.insert(place, entry)
         return tuple(lo), tuple(hi), tuple(path)

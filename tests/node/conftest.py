@@ -38,10 +38,12 @@ class Wire:
         return out
 
 
-def overlay(point=(20.0, 0.3), address=HOME, seed=1) -> tuple[CanOverlay, Wire]:
+def overlay(
+    point=(20.0, 0.3), address=HOME, seed=1, config: CanConfig = CONFIG
+) -> tuple[CanOverlay, Wire]:
     wire = Wire()
     can = CanOverlay(
-        CONFIG,
+        config,
         address=address,
         point=point,
         rng=random.Random(seed),

@@ -16,9 +16,15 @@
 
 from __future__ import annotations
 
-import msgspec
+import dataclasses
+import math
 
+import msgspec
+import pytest
+
+from node.can.config import CanConfig
 from node.events import Inconsistent, TookOver
+from node.fields import FieldError
 from node.wire import (
     COMMIT_MERGE,
     Commit,
@@ -308,3 +314,104 @@ def test_a_zone_left_by_a_merge_but_buried_stale_is_looked_into():
     a.handle_message(N.id, (N.host, N.port), Update(N, (), (old,)), 1.0)
     assert wire.take(Lookup)
     assert (a.lo, a.hi) == ((0, 0), (50.0, 0.5))
+
+
+# Orphans: paths that describe different trees (after partitions that each side repaired
+# its own way). By A's path the other side of its face at cpu = 60 is all of [0, 60) x
+# [0, 0.5), over which L's zone reaches, so the rule never lets A take the dead zone D in
+# front of it, and nobody else borders D's face but L and N, whose slabs overlap live zones.
+#
+#     v=1 +---------+---------------------+
+#         |         |          N          |
+#     0.5 +    L    +------+--------------+
+#         |         |  D   |      A       |
+#     v=0 +---------+------+--------------+
+#        cpu=0      40     60            100
+
+A2_PATH = (PathEntry(2, 1, 0.5, False), PathEntry(7, 0, 60.0, True))
+L2 = PeerInfo(
+    21, "10.0.0.21", 7000, 5, (10.0, 0.5), (0, 0), (40.0, 1), (PathEntry(9, 0, 40.0, False),)
+)
+N2 = PeerInfo(
+    22, "10.0.0.22", 7000, 5, (70.0, 0.7), (40.0, 0.5), (100, 1), (PathEntry(2, 1, 0.5, True),)
+)
+D2 = Tombstone(
+    31, 3, (40.0, 0), (60.0, 0.5), (PathEntry(2, 1, 0.5, False), PathEntry(7, 0, 60.0, False))
+)
+
+
+def orphan_scene(config=CONFIG):
+    a, wire = overlay(point=(80.0, 0.3), config=config)
+    a.join([], 0.0)
+    a.neighbours.set_zone((60.0, 0), (100, 0.5), A2_PATH, "test", 0.0)
+    wire.sent.clear()
+
+    def news(now: float) -> None:  # N gossips D's death; L speaks (lookups' answers, say)
+        a.handle_message(N2.id, (N2.host, N2.port), Update(N2, (), (D2,)), now)
+        a.handle_message(L2.id, (L2.host, L2.port), Update(L2, (), ()), now)
+
+    return a, wire, news
+
+
+def run(a, news, until: float) -> None:
+    now = 0.5
+    while now < until:
+        news(now)
+        for _ in range(20):
+            wake = a.get_timer()
+            if wake is None or wake > now + 0.5:
+                break
+            a.handle_timer(wake)
+        now += 0.5
+
+
+def test_a_dead_region_the_rule_leaves_alone_is_taken_by_its_extent():
+    a, wire, news = orphan_scene()
+    run(a, news, CONFIG.orphan_wait_s - 1)
+    assert (a.lo, a.hi) == ((60.0, 0), (100, 0.5))  # the rule's turn: it cannot
+    run(a, news, CONFIG.orphan_wait_s + 6)
+    assert (a.lo, a.hi) == ((40.0, 0), (100, 0.5))  # D's extent, not L's side
+    [took] = [e for e in wire.events if isinstance(e, TookOver)]
+    assert took.dead == [D2.id]
+    # Its path describes its zone: the split it took across is replaced by one at 40.
+    assert a.path[0] == A2_PATH[0] and len(a.path) == 2
+    assert (a.path[1].dim, a.path[1].pos, a.path[1].upper) == (0, 40.0, True)
+    assert a.path[1].sid != A2_PATH[1].sid
+    assert any(
+        isinstance(e, Inconsistent) and e.what == "orphan dead region taken by its extent"
+        for e in wire.events
+    )
+
+
+def test_an_orphan_taken_yields_to_a_live_zone_found_in_it():
+    a, _wire, news = orphan_scene()
+    run(a, news, CONFIG.orphan_wait_s + 6)
+    assert a.lo == (40.0, 0)
+    # D's real survivor shows up (it took half of D while we were not looking).
+    s = PeerInfo(
+        32,
+        "10.0.0.32",
+        7000,
+        9,
+        (45.0, 0.2),
+        (40.0, 0),
+        (50.0, 0.5),
+        (PathEntry(11, 0, 50.0, False),),
+    )
+    a.handle_message(s.id, (s.host, s.port), Update(s, (), ()), 20.0)
+    assert (a.lo, a.hi, a.path) == ((60.0, 0), (100, 0.5), A2_PATH)
+
+
+def test_orphans_are_left_alone_when_switched_off():
+    a, wire, news = orphan_scene(dataclasses.replace(CONFIG, orphan_after_s=0.0))
+    run(a, news, CONFIG.orphan_wait_s + 20)
+    assert (a.lo, a.hi) == ((60.0, 0), (100, 0.5))
+    assert not [e for e in wire.events if isinstance(e, TookOver)]
+
+
+def test_the_orphan_wait_follows_the_update_period_and_is_checked():
+    assert CanConfig(SPACE, update_interval_s=3.0, suspect_after_s=9.0).orphan_wait_s == 30.0
+    with pytest.raises(FieldError, match="orphan_after_s"):
+        CanConfig(SPACE, orphan_after_s=-1.0)
+    with pytest.raises(FieldError, match="orphan_after_s"):
+        CanConfig(SPACE, orphan_after_s=math.inf)
