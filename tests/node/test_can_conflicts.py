@@ -194,7 +194,6 @@ def test_a_leave_that_never_finds_quiet_ends_abruptly_after_its_timeout():
     assert notice.kind == COMMIT_MERGE
 
 
-
 def test_a_hole_on_the_way_is_retried_soon_and_does_not_raise_the_back_off():
     joiner, wire = overlay(point=(80.0, 0.6), address=("10.0.0.9", 7100), seed=3)
     boot, middle = ("10.0.0.1", 7000), ("10.0.0.2", 7000)
