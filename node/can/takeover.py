@@ -307,7 +307,7 @@ class Takeover:
         now: float,
     ) -> None:
         """Extend our zone through the other subtree `box` of split `entry`."""
-        local, table = self.local, self.table
+        local = self.local
         blo, bhi = box
         d = entry.dim
         slab_lo, slab_hi = self._slab_of(entry, box)
@@ -317,27 +317,8 @@ class Takeover:
             lo[d] = blo[d]
         else:
             hi[d] = bhi[d]
-        # The dead nodes' last neighbour lists tell us who borders what we take.
-        for member in members:
-            for info in table.their_neighbors.pop(member, ()):
-                table.learn(info, now)
-        volume = local.space.volume(local.lo, local.hi)
-        before = (local.lo, local.hi, local.path)
         path = tuple(e for e in local.path if e.sid != entry.sid)
-        table.set_zone(lo, hi, path, "takeover", now)
-        stones = [table.tombstones[m][1] for m in members if m in table.tombstones]
-        del self.taken[: max(0, len(self.taken) + 1 - MAX_TAKEN)]
-        self.taken.append(
-            _Taken(
-                (tuple(blo), tuple(bhi)),
-                entry.sid,
-                before,
-                (local.lo, local.hi, local.path),
-                min([now + local.config.tombstone_ttl_s, *stones]),
-            )
-        )
-        local.emit(TookOver(now, members, local.space.volume(local.lo, local.hi) - volume))
-        table.send_updates(now)
+        self._grow(lo, hi, path, members, (tuple(blo), tuple(bhi)), entry.sid, now)
         self.checks.pop(entry.sid, None)
 
     # -- orphans ---------------------------------------------------------------------------------------
@@ -349,8 +330,8 @@ class Takeover:
         local = self.local
         config = local.config
         wait = config.orphan_wait_s
-        if wait <= 0 or local.status != Status.MEMBER:
-            return False
+        if wait <= 0 or local.status != Status.MEMBER or not self._tombstone_touches_us():
+            return False  # (an orphan slab starts with a dead zone next to our face)
         # Dead zones we learnt of long enough ago (a tombstone's expiry is when we
         # learnt it plus its ttl): the rule has had its time with them.
         tombstones, ttl = self.table.tombstones, config.tombstone_ttl_s
@@ -430,7 +411,7 @@ class Takeover:
     ) -> None:
         """Extend our zone through `slab` across the face made by path[face]; a new
         split of ours at the slab's far end takes that split's place in our path."""
-        local, table = self.local, self.table
+        local = self.local
         entry = local.path[face]
         d = entry.dim
         lo, hi = list(local.lo), list(local.hi)
@@ -439,28 +420,48 @@ class Takeover:
         else:
             hi[d] = slab[1][d]
         members = sorted(ident for dlo, dhi, ident in dead if overlap(dlo, dhi, *slab))
+        moved = PathEntry(local.split_id(), d, lo[d] if entry.upper else hi[d], entry.upper)
+        path = (*local.path[:face], moved, *local.path[face + 1 :])
+        box = (tuple(slab[0]), tuple(slab[1]))
+        self._grow(lo, hi, path, members, box, entry.sid, now, orphan=True)
+
+    def _grow(
+        self,
+        lo: list[float],
+        hi: list[float],
+        path: tuple[PathEntry, ...],
+        members: list[int],
+        box: Box,
+        split: int,
+        now: float,
+        *,
+        orphan: bool = False,
+    ) -> None:
+        """Our zone becomes [lo, hi) with `path` by a takeover of the dead `members`
+        through `box` across split `split`: kept on record for give_back."""
+        local, table = self.local, self.table
+        # The dead nodes' last neighbour lists tell us who borders what we take.
         for member in members:
             for info in table.their_neighbors.pop(member, ()):
                 table.learn(info, now)
         volume = local.space.volume(local.lo, local.hi)
         before = (local.lo, local.hi, local.path)
-        moved = PathEntry(local.split_id(), d, lo[d] if entry.upper else hi[d], entry.upper)
-        path = (*local.path[:face], moved, *local.path[face + 1 :])
         table.set_zone(lo, hi, path, "takeover", now)
         stones = [table.tombstones[m][1] for m in members if m in table.tombstones]
         del self.taken[: max(0, len(self.taken) + 1 - MAX_TAKEN)]
         self.taken.append(
             _Taken(
-                (tuple(slab[0]), tuple(slab[1])),
-                entry.sid,
+                box,
+                split,
                 before,
                 (local.lo, local.hi, local.path),
                 min([now + local.config.tombstone_ttl_s, *stones]),
-                orphan=True,
+                orphan,
             )
         )
         local.emit(TookOver(now, members, local.space.volume(local.lo, local.hi) - volume))
-        local.emit(Inconsistent(now, "orphan dead region taken by its extent", members))
+        if orphan:
+            local.emit(Inconsistent(now, "orphan dead region taken by its extent", members))
         table.send_updates(now)
 
     def give_back(self, now: float, speakers: Sequence[PeerInfo]) -> None:
