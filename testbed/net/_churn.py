@@ -103,6 +103,9 @@ __all__ = ["ChurnRun", "ProgramEngine", "WanVerbs", "apply_churn", "load_schedul
 # (so that stop() ends a background run promptly).
 POLL_S = 0.05
 CHECK_TAIL_CHARS = 2000
+# A flooder's priority (testbed/net/flooder.py): above the peers it floods, below the
+# delay engine (SCHED_FIFO), so the flood is what was asked as long as the WAN carries it.
+FLOODER_NICE = -10
 
 Check = str | Sequence[str] | Callable[[dict[str, Any]], object] | None
 
@@ -132,6 +135,7 @@ class Floods:
             "--per-s", repr(per_s),
             "--seed", str(len(self.reports) + 1),
             "--report", str(report.resolve()),
+            "--nice", str(FLOODER_NICE),
         ]  # fmt: skip
         process = self.wan.popen(host, argv, label="flood")
         started = {"host": host.name, "per_s_asked": per_s, "targets": len(targets)}

@@ -12,6 +12,11 @@
 #   slice sends what the clock says is due, so a late slice catches up rather than
 #   lowering the rate, and the report says what was sent in how long.
 #   On SIGTERM it stops and writes its report (JSON) to `--report`.
+#   `--nice N` sets its priority first: the emulator starts it at -10, so that a flood
+#   is what the flooding host asks rather than what is left of two cores beside the
+#   peers it floods (a flooding host has a CPU of its own in the world emulated). The
+#   delay engine runs SCHED_FIFO, above any nice value, so the WAN still comes first
+#   and an overloaded WAN shows in the run's fidelity verdict, not in a slower flood.
 #
 # Rule: the datagrams come from the host's own address (the WAN core drops others).
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import signal
 import socket
@@ -111,9 +117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None, help="stop after (default: SIGTERM)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, required=True, help="where the JSON report goes")
+    parser.add_argument(
+        "--nice", type=int, default=0, help="the process's nice value, -20..19 (default 0)"
+    )
     args = parser.parse_args(argv)
     if not args.per_s > 0:
         parser.error(f"--per-s must be > 0 datagrams a second, not {args.per_s}")
+    if not -20 <= args.nice <= 19:
+        parser.error(f"--nice must be an integer from -20 to 19, not {args.nice}")
+    if args.nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+        except OSError as error:  # below 0 needs CAP_SYS_NICE
+            parser.error(f"--nice {args.nice}: {error.strerror}")
     stop = False
 
     def on_term(signum: int, frame: Any) -> None:
