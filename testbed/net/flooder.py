@@ -12,7 +12,8 @@
 #   slice sends what the clock says is due, so a late slice catches up rather than
 #   lowering the rate, and the report says what was sent in how long.
 #   On SIGTERM it stops and writes its report (JSON) to `--report`.
-#   `--nice N` sets its priority first: the emulator starts it at -10, so that a flood
+#   `--nice N` sets its priority first (the process's and its session's autogroup's):
+#   the emulator starts it at -10, so that a flood
 #   is what the flooding host asks rather than what is left of two cores beside the
 #   peers it floods (a flooding host has a CPU of its own in the world emulated). The
 #   delay engine runs SCHED_FIFO, above any nice value, so the WAN still comes first
@@ -38,6 +39,7 @@ from node.wire import Codec, Ping
 
 __all__ = ["Pings", "flood", "main"]
 
+AUTOGROUP = Path("/proc/self/autogroup")  # the nice value of our session's scheduling group
 SLICE_S = 0.002
 MAX_BURST = (
     2000  # datagrams one slice may send to catch up (a stall is not made up for all at once)
@@ -128,6 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nice:
         try:
             os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+            # With autogroups (Linux's default), a nice value weighs only inside the
+            # process's session, and the emulator starts every program in a session of
+            # its own: the session's own nice value is what competes with the peers'.
+            if AUTOGROUP.exists():
+                AUTOGROUP.write_text(f"{args.nice}\n")
         except OSError as error:  # below 0 needs CAP_SYS_NICE
             parser.error(f"--nice {args.nice}: {error.strerror}")
     stop = False

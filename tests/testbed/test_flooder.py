@@ -81,9 +81,11 @@ def test_the_flooder_runs_at_the_priority_asked_and_writes_its_report(tmp_path):
             args += ["--nice", "-5"]  # the emulator's flooders run below 0, as root
         else:
             args += ["--nice", "5"]
-        probe = (  # the flooder's main, then the priority it left its process at
+        probe = (  # the flooder's main, then the priorities it left its process and session at
             "import os, sys; import testbed.net.flooder as f; rc = f.main(sys.argv[1:]);"
-            "print(os.getpriority(os.PRIO_PROCESS, 0)); sys.exit(rc)"
+            "print(os.getpriority(os.PRIO_PROCESS, 0));"
+            "print(f.AUTOGROUP.read_text().split()[-1] if f.AUTOGROUP.exists() else 'none');"
+            "sys.exit(rc)"
         )
         report = tmp_path / "r.json"
         done = subprocess.run(
@@ -91,11 +93,14 @@ def test_the_flooder_runs_at_the_priority_asked_and_writes_its_report(tmp_path):
             capture_output=True,
             text=True,
             timeout=30,
+            start_new_session=True,  # as the emulator starts it: a session of its own
         )
     finally:
         receiver.close()
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout.strip()) == int(args[-1])
+    process, group = done.stdout.split()
+    assert int(process) == int(args[-1])
+    assert group in (args[-1], "none")  # the session's group too, where there are autogroups
     written = json.loads(report.read_text())
     assert written["targets"] == 1 and written["per_s_asked"] == 500.0
     assert 0.8 * 150 <= written["sent"] <= 150 * 1.1, written
