@@ -104,7 +104,7 @@ __all__ = ["ChurnRun", "ProgramEngine", "WanVerbs", "apply_churn", "load_schedul
 POLL_S = 0.05
 CHECK_TAIL_CHARS = 2000
 # A flooder's priority (testbed/net/flooder.py): above the peers it floods, below the
-# delay engine (SCHED_FIFO), so the flood is what was asked as long as the WAN carries it.
+# delay engine (SCHED_FIFO), so the flood is what was asked, up to what one process sends.
 FLOODER_NICE = -10
 
 Check = str | Sequence[str] | Callable[[dict[str, Any]], object] | None

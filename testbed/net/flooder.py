@@ -12,9 +12,9 @@
 #   slice sends what the clock says is due, so a late slice catches up rather than
 #   lowering the rate, and the report says what was sent in how long.
 #   On SIGTERM it stops and writes its report (JSON) to `--report`.
-#   `--nice N` sets its priority first (the process's and its session's autogroup's):
-#   the emulator starts it at -10, so that a flood
-#   is what the flooding host asks rather than what is left of two cores beside the
+#   `--nice N` sets its priority first, the process's and its session's autogroup's:
+#   the emulator starts it at -10, so that a flood is what the flooding host asks
+#   (up to what one process sends) rather than what is left of two cores beside the
 #   peers it floods (a flooding host has a CPU of its own in the world emulated). The
 #   delay engine runs SCHED_FIFO, above any nice value, so the WAN still comes first
 #   and an overloaded WAN shows in the run's fidelity verdict, not in a slower flood.
@@ -120,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, required=True, help="where the JSON report goes")
     parser.add_argument(
-        "--nice", type=int, default=0, help="the process's nice value, -20..19 (default 0)"
+        "--nice",
+        type=int,
+        default=0,
+        help="nice value of the process and its session, -20..19 (default 0)",
     )
     args = parser.parse_args(argv)
     if not args.per_s > 0:
