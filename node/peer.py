@@ -20,7 +20,7 @@ from node.can.overlay import CanConfig, CanOverlay, Status
 from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
 from node.events import ClusterChanged, Event, RttMeasured
-from node.limits import SourceLimiter
+from node.limits import Contacts, SourceLimiter
 from node.sched.agent import Action, SchedAgent, SchedConfig
 from node.wire import (
     DROP_REASONS,
@@ -87,8 +87,13 @@ class Peer:
         self._replay = ReplayWindow()
         can = config.can
         self._limiter = SourceLimiter(
-            can.per_source_per_s, can.per_source_burst, can.per_source_table
+            can.per_source_per_s,
+            can.per_source_burst,
+            can.per_source_table,
+            stranger_per_s=can.stranger_per_s,
+            stranger_burst=can.stranger_burst,
         )
+        self._contacts = Contacts(can.per_source_table)  # hosts we spoke to first
         self._outbox: deque[tuple[bytes, Address]] = deque()
         self._events: deque[Event] = deque()
         self._seq = 0
@@ -146,7 +151,7 @@ class Peer:
         outputs afterwards."""
         self.counters["rx"] += 1
         self.counters["rx_bytes"] += len(data)
-        if not self._limiter.allow(addr[0], now):
+        if not self._limiter.allow(addr[0], now, addr[0] in self._contacts):
             self.counters["drop.rate_limited"] += 1
             return
         try:
@@ -361,6 +366,8 @@ class Peer:
             self._outbox.popleft()
             self.counters["tx_overflow"] += 1
         self._outbox.append((data, addr))
+        if type(message) is not Pong:  # answering a Ping makes no contact (node/limits.py)
+            self._contacts.note(addr[0])
         self.counters["tx"] += 1
         self.counters["tx_bytes"] += len(data)
         self.counters[f"tx.{type(message).__name__}"] += 1

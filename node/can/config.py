@@ -65,6 +65,11 @@ class CanConfig:
     per_source_per_s: float = 200.0
     per_source_burst: float = 400.0
     per_source_table: int = 4096
+    # A source this peer has never sent anything but a Pong (a stranger: no neighbour,
+    # owner, cluster mate or joiner it answered) gets this rate and burst instead
+    # (each at most the per_source one).
+    stranger_per_s: float = 20.0
+    stranger_burst: float = 40.0
     # Overlay merge (node/can/reunion.py, docs/can.md): peers buried for silence are
     # probed again for this long (0: never; no merge after a partition); the root's
     # heartbeat period (None: half an update period; four of them must be shorter than
@@ -139,6 +144,11 @@ class CanConfig:
             raise FieldError("can", "per_source_per_s", f"must be >= 0 datagrams/s, not {rate!r}")
         if not (isinstance(burst, int | float) and math.isfinite(burst) and burst >= 1):
             raise FieldError("can", "per_source_burst", f"must be >= 1 datagram, not {burst!r}")
+        srate, sburst = self.stranger_per_s, self.stranger_burst
+        if not (isinstance(srate, int | float) and math.isfinite(srate) and srate > 0):
+            raise FieldError("can", "stranger_per_s", f"must be > 0 datagrams/s, not {srate!r}")
+        if not (isinstance(sburst, int | float) and math.isfinite(sburst) and sburst >= 1):
+            raise FieldError("can", "stranger_burst", f"must be >= 1 datagram, not {sburst!r}")
         for name in (
             "leave_attempts",
             "max_hops",

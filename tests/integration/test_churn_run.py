@@ -260,8 +260,9 @@ def test_a_run_under_a_script_checks_after_each_quiet_period(tmp_path):
 
 def test_a_simulated_flood_is_limited_per_source_and_the_overlay_holds(tmp_path):
     # 2,000 valid-looking Pings a second from a host without a peer to two peers: each
-    # takes its burst and then 200 a second from that source (node/limits.py), drops the
-    # rest before decoding, and the overlay is whole at every check.
+    # takes a stranger's burst and then 20 a second from that source (node/limits.py: a
+    # host that only hears Pongs stays a stranger), drops the rest before decoding, and
+    # the overlay is whole at every check.
     script = write(
         tmp_path,
         "f.churn",
@@ -275,7 +276,7 @@ def test_a_simulated_flood_is_limited_per_source_and_the_overlay_holds(tmp_path)
     assert (flood["host"], flood["targets"], flood["seconds"]) == ("h11", 2, 20.0)
     assert 0.99 * 40_000 <= flood["sent"] <= 40_000
     datagrams = summary["sim"]["peer_datagrams"]
-    limit = 2 * (400 + 200 * 20)  # two peers: a burst, then the rate for 20 s
+    limit = 2 * (40 + 20 * 20)  # two peers: a stranger's burst, then its rate for 20 s
     # (to within the refill over the last slice and the links' delay)
     assert datagrams["dropped"]["rate_limited"] == pytest.approx(flood["sent"] - limit, abs=20)
     assert datagrams["rx"] == datagrams["accepted"] + sum(datagrams["dropped"].values())
