@@ -1,14 +1,29 @@
 # What a process uses, from /proc: CPU time, resident and private memory (the
-# emulator's figures for peers and delay engines, here or on a machine's agent).
+# emulator's figures for peers and delay engines, here or on a machine's agent);
+# and the scheduling weight of our own session (session_nice).
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["CLOCK_TICKS", "cpu_seconds", "private_memory_kb", "resident_kb"]
+__all__ = ["CLOCK_TICKS", "cpu_seconds", "private_memory_kb", "resident_kb", "session_nice"]
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def session_nice(value: int) -> int | None:
+    """Set the nice value of our session's scheduling group (Linux autogroups: every
+    session competes for the CPU as one group, whatever its processes' own nice
+    values); returns the one it had, or None where there are no autogroups or we
+    may not (below 0 needs CAP_SYS_NICE)."""
+    try:
+        before = int(AUTOGROUP.read_text().split("nice")[1])
+        AUTOGROUP.write_text(f"{value}\n")
+    except (OSError, IndexError, ValueError):
+        return None
+    return before
 
 
 def cpu_seconds(pid: int) -> float | None:

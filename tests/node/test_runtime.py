@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -218,3 +219,22 @@ def test_real_peers_form_a_cluster_when_given_candidates(tmp_path):
             request(plain.control, "cluster", candidates=[list(h1.address)])
         with pytest.raises(ControlError, match="candidates must be a list"):
             request(h1.control, "cluster", candidates="h2")
+
+
+def test_a_burst_is_read_in_batches_and_every_datagram_is_counted(tmp_path):
+    # 2,000 datagrams as fast as one socket sends them: the peer reads what gathered at
+    # each wake-up (node/runtime.py), and every one is counted, taken or dropped (a
+    # stranger beyond its burst: rate_limited).
+    with LocalPeer(tmp_path, "h1", CONFIG, POINTS[0], join=[]) as h1:
+        h1.ask("status")
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for k in range(2000):
+            sender.sendto(b"junk %d" % k, tuple(h1.address))
+        sender.close()
+        deadline = time.monotonic() + 10.0
+        while (stats := h1.ask("stats")["stats"])["rx"] < 2000 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert stats["rx"] == 2000
+    dropped = sum(v for k, v in stats.items() if k.startswith("drop."))
+    assert stats.get("accepted", 0) + dropped == 2000 and stats["drop.rate_limited"] > 0
+    assert stats["runtime.rx_batches"] >= 1
