@@ -393,9 +393,10 @@ class JobRoute(msgspec.Struct, tag=22, array_like=True, frozen=True):
     hops: int
     stage: int
     # Pushing (seed 000 §4.1.1): the best capable node met on the way, and its
-    # load (a queue length; for a parallel job its cluster's longest, maxQL).
+    # score (a queue length; for a parallel job its cluster's longest, maxQL;
+    # with matchmaking "can-p" divided by the node's speed).
     best: Endpoint | None = None
-    best_load: int = 0
+    best_load: int | float = 0
     moved: bool = False  # by DLB or QB: a job moves once at most (seed 002 §4.2)
 
 

@@ -33,7 +33,7 @@ __all__ = [
     "STAGE_PLACED",
     "STAGE_PUSH",
     "STAGE_ROUTE",
-    "STOPPING_FACTOR",
+    "MATCHMAKERS",
     "Action",
     "Address",
     "KillTask",
@@ -47,7 +47,7 @@ MAX_JOB_SIZE = 4096
 MAX_RUNTIME_S = 1e6
 MAX_REASON = 200  # characters of a failure reason on the wire
 MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
-STOPPING_FACTOR = 2  # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF
+MATCHMAKERS = ("parsimony", "can", "can-p")
 BALANCERS = ("none", "dlb", "qb", "qb+dlb")
 NEIGHBOURS = ("direct", "indirect")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
@@ -73,6 +73,17 @@ class SchedConfig:
     # seed 002 §4.3.3) or a factor >= 1 of the job's size.
     overprovision: float | Literal["total"] = "total"
     max_hops: int = 64
+    # Where the owner of a job's point places it (seed 000 §3.1, §4.1.1; docs/scheduling.md):
+    # "parsimony" (CAN-P that stops at the least capable node with room), "can" (Kim's
+    # basic matchmaking: the least loaded capable neighbour, never the owner, no pushing)
+    # or "can-p" (Kim's CAN-P: the fastest free capable node, else pushing upward and
+    # the best queue / speed met on the way).
+    matchmaking: Literal["parsimony", "can", "can-p"] = "parsimony"
+    # Kim's SF: pushing stops with probability 1 / (1 + nodes above)^SF (he tried 1-3).
+    stopping_factor: float = 2.0
+    # The CAN dimension that is a node's speed ("fastest", queue / speed); "": the first
+    # real one.
+    speed_dimension: str = ""
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
     # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the
@@ -107,6 +118,13 @@ class SchedConfig:
             raise FieldError(
                 "sched", "overprovision", f'{over!r}: expected "total" or a factor >= 1'
             )
+        if self.matchmaking not in MATCHMAKERS:
+            raise FieldError(
+                "sched", "matchmaking", f"{self.matchmaking!r}: expected one of {MATCHMAKERS}"
+            )
+        sf = self.stopping_factor
+        if not (isinstance(sf, int | float) and math.isfinite(sf) and sf >= 0):
+            raise FieldError("sched", "stopping_factor", f"must be a number >= 0, not {sf!r}")
         if self.balance not in BALANCERS:
             raise FieldError("sched", "balance", f"{self.balance!r}: expected one of {BALANCERS}")
         if self.neighbours not in NEIGHBOURS:

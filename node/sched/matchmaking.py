@@ -8,6 +8,9 @@
 #                   live cluster members the job needs, with their last load;
 #   least_capable() parsimony: a random one of the candidates no other is
 #                   strictly below in every real dimension;
+#   fastest()       Kim's CAN-P: a random one of the fastest candidates (the
+#                   speed dimension, `speed_dimension`);
+#   least_loaded()  Kim's basic CAN: a random one of the shortest queues;
 #   push_target()   the upper neighbour whose region above is least loaded for
 #                   its size, F = queued / nodes^2 (seed 000 §3.1);
 #   aggregate()     Kim's eq. 4.1: the nodes and queued tasks above us in every
@@ -26,6 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from node.can.geometry import next_hop
+from node.fields import FieldError
 from node.sched.config import MAX_JOB_SIZE, MAX_RUNTIME_S, Address
 from node.sched.context import Context
 from node.sched.liveness import Liveness
@@ -44,6 +48,27 @@ class Matchmaker:
         self._load = load
         dims = ctx.view.config.space.dims
         self._real = [k for k, d in enumerate(dims) if not d.virtual]
+        name = ctx.config.speed_dimension
+        names = [d.name for d in dims if not d.virtual]
+        if name and name not in names:
+            raise FieldError(
+                "sched", "speed_dimension", f"{name!r}: expected a real dimension, one of {names}"
+            )
+        self._speed = next((k for k in self._real if dims[k].name == name), self._real[0])
+
+    def speed(self, point: Sequence[float]) -> float:
+        """A node's speed: its coordinate in the speed dimension (at least 1e-9)."""
+        return max(point[self._speed], 1e-9)
+
+    def fastest(self, candidates: list[Candidate]) -> Candidate:
+        """A random one of the fastest candidates (Kim's CAN-P, seed 000 §4.1.1)."""
+        top = max(self.speed(c.point) for c in candidates)
+        return self._ctx.rng.choice([c for c in candidates if self.speed(c.point) == top])
+
+    def least_loaded(self, candidates: list[Candidate]) -> Candidate:
+        """A random one of the shortest queues (Kim's basic CAN, seed 000 §3.1)."""
+        low = min(c.load for c in candidates)
+        return self._ctx.rng.choice([c for c in candidates if c.load == low])
 
     def check_job(self, job: JobInfo) -> str | None:
         """Why a job from the wire or a command is malformed, or None."""

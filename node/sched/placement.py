@@ -27,7 +27,6 @@ from node.sched.config import (
     STAGE_PUSH,
     STAGE_ROUTE,
     STAGES,
-    STOPPING_FACTOR,
     Address,
 )
 from node.sched.context import Context
@@ -94,32 +93,42 @@ class Placement:
             self._place(route, now, fail)
 
     def _place(self, route: JobRoute, now: float, fail: Callable[[str], None]) -> None:
-        """Kim's CAN-P matchmaking (seed 000 §4.1.1) at the owner of the job's
-        point or a node it was pushed to. Stop at a capable node with room (a
-        serial job: an empty queue; a parallel one: `size` free members of its
-        cluster), the least capable one that has it; else push the job upward,
-        to the upper neighbour whose region is lightly loaded and large (F =
-        queued / nodes^2 above it), stopping with probability 1 / (1 + nodes
-        above)^2 once a capable node was met; then the job goes to the best
-        capable node met on the way (shortest queue, or maxQL)."""
+        """CAN-P matchmaking (seed 000 §4.1.1) at the owner of the job's point or
+        a node it was pushed to. Stop at a capable node with room (a serial job:
+        an empty queue; a parallel one: `size` free members of its cluster): the
+        least capable one that has it ("parsimony") or the fastest ("can-p");
+        else push the job upward, to the upper neighbour whose region is lightly
+        loaded and large (F = queued / nodes^2 above it), stopping with
+        probability 1 / (1 + nodes above)^SF once a capable node was met; then
+        the job goes to the best capable node met on the way (shortest queue,
+        or maxQL; "can-p": divided by the node's speed, Kim's eq. 4.5).
+        "can": Kim's basic matchmaking instead (_place_basic)."""
         ctx, match = self._ctx, self._match
         job = route.job
+        mode = ctx.config.matchmaking
+        if mode == "can":
+            self._place_basic(route, now, fail)
+            return
         candidates = match.candidates(job, now)
         room = [c for c in candidates if (c.load == 0 if job.size == 1 else c.free >= job.size)]
         if room:
             ctx.count("placed")
-            self._hand_to(match.least_capable(room).addr, route, now)
+            pick = match.fastest(room) if mode == "can-p" else match.least_capable(room)
+            self._hand_to(pick.addr, route, now)
             return
         best, best_load = route.best, route.best_load
         for c in candidates:
-            load = c.load if job.size == 1 else c.maxql
+            load: float = c.load if job.size == 1 else c.maxql
+            if mode == "can-p":
+                load /= match.speed(c.point)
             if best is None or load < best_load:
                 best, best_load = Endpoint(*c.addr), load
         target, dim = match.push_target(now)
+        sf = ctx.config.stopping_factor
         stop = best is not None and (
             target is None
             or route.hops + 1 >= ctx.config.max_hops
-            or ctx.rng.random() < 1.0 / (1.0 + self._live.above[2 * dim]) ** STOPPING_FACTOR
+            or ctx.rng.random() < 1.0 / (1.0 + self._live.above[2 * dim]) ** sf
         )
         if stop:
             assert best is not None
@@ -137,6 +146,23 @@ class Placement:
             ctx.send(toward, replace(route, hops=route.hops + 1, stage=STAGE_PUSH))
         else:
             fail(f"no capable node near {ctx.address[0]} for {job.size} nodes")
+
+    def _place_basic(self, route: JobRoute, now: float, fail: Callable[[str], None]) -> None:
+        """Kim's basic CAN matchmaking (seed 000 §3.1): the least loaded of the
+        capable neighbours; the owner is never a candidate, unless none is
+        capable (the extreme corner: completeness), and nothing is pushed. No
+        capable node here at all: on towards the requirement."""
+        ctx, match = self._ctx, self._match
+        candidates = match.candidates(route.job, now)
+        others = [c for c in candidates if c.addr != ctx.address]
+        if others or candidates:
+            ctx.count("placed")
+            self._hand_to(match.least_loaded(others or candidates).addr, route, now)
+        elif (toward := match.closer_neighbour(route.job, now)) is not None:
+            ctx.count("pushed")
+            ctx.send(toward, replace(route, hops=route.hops + 1, stage=STAGE_PUSH))
+        else:
+            fail(f"no capable node near {ctx.address[0]} for {route.job.size} nodes")
 
     def _hand_to(self, addr: Address, route: JobRoute, now: float) -> None:
         if addr == self._ctx.address:

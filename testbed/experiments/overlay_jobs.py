@@ -421,6 +421,13 @@ class JobsRun:
                 Dimension("virtual", 0.0, 1.0, virtual=True),
             ]
         )
+        real = [d.name for d in self.space.dims if not d.virtual]
+        if jobs.speed_dimension and jobs.speed_dimension not in real:
+            raise InputError(
+                f"jobs.speed_dimension: {jobs.speed_dimension!r} is not a real dimension of"
+                f" the jobs' CAN; expected one of {real}",
+                source="<spec>",
+            )
         self.workload = prepare_workload(jobs.workload, topology.n)
         trace = jobs_from_workload(
             self.workload,

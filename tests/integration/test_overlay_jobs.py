@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from node.wire import JobInfo
+from testbed.errors import InputError
 from testbed.experiments.overlay import churn_schedule, run_experiment, select_topology
 from testbed.experiments.overlay_jobs import JobClient, JobsRun, cluster_point
 from testbed.spec import load_spec
@@ -339,3 +340,16 @@ def test_the_bundled_sched_emu_specs_are_valid(name, monkeypatch):
     assert len(run.client.jobs) == 300
     widest = max(len(c) for c in run.clusters if run.diameter_ms(c) <= spec.jobs.latency_ms)
     assert max(j.info.size for j in run.client.jobs.values()) <= widest
+
+
+def test_a_speed_dimension_the_jobs_can_lacks_is_refused_before_the_run(monkeypatch):
+    root = Path(__file__).parents[2]
+    monkeypatch.chdir(root)
+    path = root / "scripts" / "experiments" / "sched-emu.toml"
+    spec, _ = load_spec(path, ['jobs.matchmaking="can-p"', 'jobs.speed_dimension="cpu"'])
+    topology = select_topology(spec)
+    names = [f"h{k + 1}" for k in range(topology.n)]
+    with pytest.raises(InputError, match=r"jobs.speed_dimension: 'cpu'.*\['size', 'inv_latency'\]"):
+        JobsRun(spec, topology, names, root)
+    spec, _ = load_spec(path, ['jobs.matchmaking="can-p"', 'jobs.speed_dimension="size"'])
+    assert JobsRun(spec, topology, names, root).sched_config().speed_dimension == "size"

@@ -1,0 +1,126 @@
+# Kim's matchmaking modes in the peer's scheduler (node/sched/placement.py;
+# seed 000 §3.1 and §4.1.1) on simulated peers whose CAN dimensions are
+# resources: every job runs on a node at least as capable as it asks, basic CAN
+# never runs a job on its owner while a capable neighbour exists, and CAN-P
+# takes the fastest free capable node.
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from node.can.geometry import Dimension, Space
+from node.can.overlay import CanConfig
+from node.fields import FieldError
+from node.peer import NodeConfig
+from node.sched.agent import SchedConfig
+from node.wire import JobInfo
+from testbed.linkmodel import LinkModel
+from testbed.sim import Simulator
+
+SPACE = Space(
+    [Dimension("cpu", 0.0, 500.0), Dimension("mem", 0.0, 8192.0), Dimension("v", 0.0, 1.0, True)]
+)
+N = 16
+
+
+class KimGrid:
+    """N peers of random capabilities, each its own cluster, 10 ms apart."""
+
+    def __init__(self, seed: int = 1, **sched: object) -> None:
+        rng = random.Random(seed)
+        rtt = [[0.0 if i == j else 0.01 for j in range(N)] for i in range(N)]
+        can = CanConfig(SPACE, update_interval_s=1.0, suspect_after_s=3.0, join_timeout_s=4.0)
+        config = SchedConfig(**({"beat_s": 1.0, "dead_after_s": 4.0, "balance": "none"} | sched))
+        self.sim = Simulator(
+            LinkModel(rtt), seed=seed, ips=[f"10.0.0.{k + 1}" for k in range(N)],
+            observer=lambda host, record: self.log.append({"host": host, **record}),
+        )  # fmt: skip
+        self.log: list[dict] = []
+        self.points = [
+            (rng.choice([100.0, 200.0, 300.0, 400.0]), rng.choice([512.0, 1024.0, 4096.0]), rng.random())
+            for _ in range(N)
+        ]  # fmt: skip
+        for host, point in enumerate(self.points):
+            self.sim.start_peer(host, NodeConfig(can, sched=config), point)
+        self.sim.join(0, [])
+        for host in range(1, N):
+            self.sim.at(0.3 * host, lambda h=host: self.sim.join(h, [0]))
+        self.sim.run_until(0.3 * N + 15.0)
+        assert all(p.member for p in self.sim.peers.values())
+        for host in range(N):
+            self.sim.set_sched_cluster(host, [host])
+        self.sim.run_until(self.sim.now + 3.0)  # a beat or two: loads and aggregates known
+        self.log.clear()
+
+    def run_jobs(self, requirements: list[tuple[float, float]], runtime_s: float, gap_s: float):
+        rng = random.Random(7)
+        for k, (cpu, mem) in enumerate(requirements):
+            job = JobInfo(k + 1, 1, runtime_s, self.sim.now, (cpu, mem, rng.random()))
+            self.sim.submit(k % N, job)
+            self.sim.run_until(self.sim.now + gap_s)
+        self.sim.run_until(self.sim.now + runtime_s * len(requirements) + 30.0)
+        return {e["job"]: e["host"] for e in self.log if e["kind"] == "job_started"}
+
+    def owner(self, point: tuple[float, ...]) -> int:
+        for host, peer in self.sim.peers.items():
+            lo, hi = peer.can.lo, peer.can.hi  # the zone holding the point (half-open)
+            if all(a <= x < b for a, x, b in zip(lo, point, hi, strict=True)):
+                return host
+        raise AssertionError(point)
+
+
+REQUIREMENTS = [(150.0, 600.0), (0.0, 0.0), (250.0, 0.0), (0.0, 2000.0), (350.0, 1000.0)] * 4
+
+
+@pytest.mark.parametrize("mode", ["parsimony", "can", "can-p"])
+def test_every_job_runs_on_a_node_as_capable_as_it_asks(mode):
+    grid = KimGrid(matchmaking=mode)
+    started = grid.run_jobs(REQUIREMENTS, runtime_s=2.0, gap_s=0.5)
+    assert sorted(started) == list(range(1, len(REQUIREMENTS) + 1))
+    for job, host in started.items():
+        cpu, mem = REQUIREMENTS[job - 1]
+        assert grid.points[host][0] >= cpu and grid.points[host][1] >= mem, (mode, job, host)
+
+
+def test_can_p_takes_the_fastest_free_capable_node_it_sees():
+    # Idle grid, jobs far apart: each stops at once on a free node, the fastest of the
+    # capable ones its owner sees (itself and its direct neighbours).
+    grid = KimGrid(matchmaking="can-p")
+    started = grid.run_jobs([(0.0, 0.0)] * 6, runtime_s=1.0, gap_s=4.0)
+    assert len(started) == 6
+    host_of = {peer.can.id: host for host, peer in grid.sim.peers.items()}
+    rng = random.Random(7)
+    for job in range(1, 7):
+        owner = grid.owner((0.0, 0.0, rng.random()))
+        seen = [owner] + [host_of[n["id"]] for n in grid.sim.peers[owner].can.dump()["neighbors"]]
+        assert grid.points[started[job]][0] == max(grid.points[h][0] for h in seen), (job, seen)
+
+
+def test_basic_can_never_runs_a_job_on_its_owner_when_a_neighbour_can():
+    grid = KimGrid(matchmaking="can")
+    requirements = [(0.0, 0.0)] * 8
+    started = grid.run_jobs(requirements, runtime_s=1.0, gap_s=2.0)
+    assert len(started) == 8
+    rng = random.Random(7)
+    owners = [grid.owner((0.0, 0.0, rng.random())) for _ in requirements]
+    assert all(started[k + 1] != owners[k] for k in range(8)), (started, owners)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("matchmaking", "kim", "expected one of"),
+        ("stopping_factor", -1.0, "must be a number >= 0"),
+        ("stopping_factor", float("nan"), "must be a number >= 0"),
+    ],
+)
+def test_bad_matchmaking_settings_are_refused_naming_the_field(field, value, message):
+    with pytest.raises(FieldError, match=f"{field}.*{message}"):
+        SchedConfig(**{field: value})
+
+
+def test_an_unknown_speed_dimension_is_refused_naming_the_field():
+    with pytest.raises(FieldError, match="speed_dimension.*'gpu'.*one of \\['cpu', 'mem'\\]"):
+        KimGrid(matchmaking="can-p", speed_dimension="gpu")
