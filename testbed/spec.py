@@ -31,6 +31,7 @@ __all__ = [
     "CampaignSpec",
     "ClusterSpec",
     "RunClustersSpec",
+    "KimProfilesSpec",
     "RunJobsSpec",
     "SchedSpec",
     "WorkloadSpec",
@@ -84,6 +85,18 @@ class WorkloadSpec(msgspec.Struct, forbid_unknown_fields=True):
     load: float | None = None  # ... or so that the offered load on the grid is this
     runtime_scale: float = 1.0
     first: int | None = None  # last: keep the first k jobs (the thesis's intense set: 1,000)
+
+
+class KimProfilesSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """Kim's synthetic grid instead of a trace (testbed/workload/_kim.py, docs/workloads.md):
+    node capabilities (cpu, memory, disk) and a Poisson stream of serial jobs."""
+
+    model: Literal["mixed", "clustered"] = "mixed"  # every item its own, or `classes` of them
+    classes: int = 10  # node profiles and job profiles of the clustered model
+    constraints: Literal["light", "heavy"] | float = "light"  # resources constrained, of 3
+    jobs: int = 1000
+    tau_s: float = 17.5  # mean gap between two submissions (Poisson)
+    work_s: tuple[float, float] = (1200.0, 3600.0)  # uniform, on a node as fast as asked
 
 
 def _embedding(
@@ -233,7 +246,8 @@ RunJobsSpec = _embedding(
     "RunJobsSpec",
     SchedConfig,
     [
-        ("workload", WorkloadSpec),
+        ("workload", WorkloadSpec | None, None),  # a trace, or ...
+        ("profiles", KimProfilesSpec | None, None),  # ... Kim's synthetic grid
         ("clustering", str, "ACTUAL"),  # ACTUAL, DISJOINT-n or OVERLAP-n of the label
         ("label", str, "cluster"),
         ("latency_ms", float, 1.0),  # every parallel job's latency bound (RTT, ms)
@@ -325,8 +339,35 @@ def _check_workload(w: WorkloadSpec, fail: Callable[[str, str], None], where: st
         fail(f"{where}.runtime_scale", f"must be a positive number, not {w.runtime_scale}")
 
 
+def _check_profiles(k: KimProfilesSpec, fail: Callable[[str, str], None]) -> None:
+    where = "jobs.profiles"
+    if k.classes < 1:
+        fail(f"{where}.classes", f"must be at least 1, not {k.classes}")
+    if k.jobs < 1:
+        fail(f"{where}.jobs", f"must be at least 1, not {k.jobs}")
+    if not isinstance(k.constraints, str) and not (
+        math.isfinite(k.constraints) and 0 <= k.constraints <= 3
+    ):
+        fail(
+            f"{where}.constraints",
+            f'expected "light", "heavy" or resources constrained of 3 (0-3), not {k.constraints}',
+        )
+    if not (math.isfinite(k.tau_s) and k.tau_s > 0):
+        fail(f"{where}.tau_s", f"must be a positive number of seconds, not {k.tau_s}")
+    lo, hi = k.work_s
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+        fail(f"{where}.work_s", f"expected [lo, hi] seconds with 0 < lo <= hi, not {[lo, hi]}")
+
+
 def _check_run_jobs(j: Any, fail: Callable[[str, str], None]) -> None:
-    _check_workload(j.workload, fail, "jobs.workload")
+    if (j.workload is None) == (j.profiles is None):
+        fail(
+            "jobs", "give exactly one of [jobs.workload] (a trace) or [jobs.profiles] (Kim's grid)"
+        )
+    if j.workload is not None:
+        _check_workload(j.workload, fail, "jobs.workload")
+    if j.profiles is not None:
+        _check_profiles(j.profiles, fail)
     if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", j.clustering.strip().upper()):
         fail("jobs.clustering", f"{j.clustering!r}: expected ACTUAL, DISJOINT-<n> or OVERLAP-<n>")
     if not (math.isfinite(j.latency_ms) and j.latency_ms > 0):

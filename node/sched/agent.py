@@ -116,7 +116,9 @@ class SchedAgent:
         self.rng = rng
         ctx = self._ctx = Context(config, address, can, rng, send, emit, self._wake)
         live = self._live = Liveness(config, address, can.config.space.n)
-        self.member = MemberRole(ctx, live, lambda job: self.match.check_job(job))
+        self.member = MemberRole(
+            ctx, live, lambda job: self.match.check_job(job), lambda job: self.match.run_time(job)
+        )
         self.match = Matchmaker(ctx, live, self.member.load)
         self.representative = RepRole(ctx, live, self.match)
         self.placement = Placement(ctx, live, self.match, self.representative.represent)

@@ -84,6 +84,9 @@ class SchedConfig:
     # The CAN dimension that is a node's speed ("fastest", queue / speed); "": the first
     # real one.
     speed_dimension: str = ""
+    # A job's runtime_s is its work in speed x seconds: a node runs it in runtime_s / its
+    # speed (seed 000 §1.2, Kim's runtime model); False: runtime_s on any node.
+    runtime_per_speed: bool = False
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
     # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the

@@ -60,6 +60,13 @@ class Matchmaker:
         """A node's speed: its coordinate in the speed dimension (at least 1e-9)."""
         return max(point[self._speed], 1e-9)
 
+    def run_time(self, job: JobInfo) -> float:
+        """How long the job computes here: its runtime_s, or with runtime_per_speed
+        its work (speed x seconds) over our speed (seed 000 §1.2: W / relative speed)."""
+        if not self._ctx.config.runtime_per_speed:
+            return job.runtime_s
+        return job.runtime_s / self.speed(self._ctx.view.point)
+
     def fastest(self, candidates: list[Candidate]) -> Candidate:
         """A random one of the fastest candidates (Kim's CAN-P, seed 000 §4.1.1)."""
         top = max(self.speed(c.point) for c in candidates)

@@ -297,6 +297,9 @@ def _print_jobs(summary: dict[str, Any]) -> None:
         )
         return
     setup = summary["jobs_setup"]
+    if "profiles" in setup:
+        _print_kim_jobs(summary, jobs, setup)
+        return
     table = Table(
         title=f"{summary['name']}: {jobs['submitted']} jobs on the {setup['clustering']} clusters "
         f"(latency bound {setup['latency_ms']:g} ms), bounded slowdown in trace seconds",
@@ -320,6 +323,26 @@ def _print_jobs(summary: dict[str, Any]) -> None:
     if jobs.get("running_at_end"):
         extra["still running at the end"] = jobs["running_at_end"]
     console.print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()))
+    for reason, count in jobs["failure_reasons"].items():
+        console.print(f"  failed x{count}: {reason}")
+
+
+def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[str, Any]) -> None:
+    """The jobs of a run on Kim's grid: outcomes and waits (injection to start)."""
+    p = setup["profiles"]
+    table = Table(
+        title=f"{summary['name']}: {jobs['submitted']} jobs on Kim's {p['model']} grid"
+        f" ({p['constraints']} constraints, tau {p['tau_s']:g} s), wait in seconds",
+    )
+    columns = ("done", "failed", "infeasible", "lost", "misplaced", "mean", "median", "p99", "max")
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    wait = jobs["wait_s"]
+    table.add_row(
+        *(str(jobs[k]) for k in ("completed", "failed", "infeasible", "lost", "misplaced")),
+        *("-" if v is None else f"{v:.3g}" for v in (jobs["wait_mean_s"], wait["p50"], wait["p99"], wait["max"])),
+    )  # fmt: skip
+    console.print(table)
     for reason, count in jobs["failure_reasons"].items():
         console.print(f"  failed x{count}: {reason}")
 

@@ -42,10 +42,11 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 
 from node.can.geometry import Dimension, Space
@@ -58,6 +59,7 @@ from testbed.errors import InputError
 from testbed.models.central import central_fcfs
 from testbed.spec import config_fields
 from testbed.workload import Workload, describe, prepare_workload
+from testbed.workload._kim import RESOURCES, KimJob, kim_jobs, kim_nodes, ladder_top
 
 __all__ = [
     "Feeding",
@@ -119,6 +121,7 @@ class _Job:
     runs_ok: int = 0  # job_finished ok records: completed executions
     running: tuple[int, int, int] | None = None  # (host, incarnation, attempt) of a started run
     started_t: float = 0.0  # when that run started
+    ran_on: int | None = None  # the host of the run that completed the job
     orphan: bool = False  # its entry is gone; waiting for the running attempt's own report
     again_at: float | None = None  # its entry is gone and no run started: submit again then
 
@@ -134,10 +137,12 @@ class JobClient:
         seed: int,
         runtime_scale: float = 1.0,
         grace_s: float = 0.0,
+        run_time: Callable[[JobInfo, int], float] | None = None,
     ) -> None:
         """grace_s: how long after an entry is lost a job of it that has not
         started is submitted again (long enough for its representatives to
-        notice and drop a waiting attempt)."""
+        notice and drop a waiting attempt). run_time(job, host): how long the
+        job runs on a host (default its runtime_s anywhere)."""
         if len({info.id for _, info in jobs}) != len(jobs):
             raise ValueError("job ids must be unique")
         self.grace_s = grace_s
@@ -147,6 +152,7 @@ class JobClient:
         self.names = list(names)
         self.rng = random.Random(f"{seed}/jobs")
         self.runtime_scale = runtime_scale
+        self.run_time = run_time or (lambda info, host: info.runtime_s)
         self.resubmitted = 0
         self.refused = 0  # submissions a peer did not take (gone meanwhile): tried elsewhere
         self._live: dict[int, int] = {}
@@ -232,6 +238,7 @@ class JobClient:
                 # §2.1): the first completed run completes the job.
                 job.runs_ok += 1
                 if job.ok is None:
+                    job.ran_on = host
                     self._outcome(job, True, "", float(record["t"]), float(record["run_s"]))
             elif mine and job.orphan and job.ok is None:
                 self._again(job)
@@ -268,7 +275,9 @@ class JobClient:
             if job.ok is not None and job.end_t is not None:
                 row |= {"end_t": round(job.end_t, 3), "attempts": job.attempts}
             if job.ok:
-                row |= {"run_s": round(job.run_s, 3), "wait_s": round(self._wait(job), 3)}
+                row |= {"run_s": round(job.run_s, 3), "wait_s": round(self.wait_of(job), 3)}
+                if job.ran_on is not None:
+                    row["ran_on"] = self.names[job.ran_on]
                 row["slowdown"] = round(self._slowdown(job), 4)
             elif job.ok is False:
                 row["reason"] = job.reason
@@ -289,16 +298,16 @@ class JobClient:
             return False
         host, incarnation, _ = job.running
         alive = self._live.get(host) == incarnation
-        return alive and job.started_t + job.info.runtime_s > self._now
+        return alive and job.started_t + self.run_time(job.info, host) > self._now
 
-    def _wait(self, job: _Job) -> float:
+    def wait_of(self, job: _Job) -> float:
         """From the trace's submission to the start of the run that completed."""
         assert job.end_t is not None
         return max(0.0, job.end_t - job.submit_t - job.run_s)
 
     def _slowdown(self, job: _Job) -> float:
         scale = self.runtime_scale
-        return bounded_slowdown(self._wait(job) / scale, job.run_s / scale, BOUND_S)
+        return bounded_slowdown(self.wait_of(job) / scale, job.run_s / scale, BOUND_S)
 
     def summary(self) -> dict[str, Any]:
         jobs = list(self.jobs.values())
@@ -315,7 +324,7 @@ class JobClient:
             "duplicates": sum(j.reports - 1 for j in jobs if j.reports > 1),
             "executed_twice": sum(1 for j in jobs if j.runs_ok > 1),
             "failure_reasons": dict(reasons.most_common()),
-            "wait_s": quantiles([self._wait(j) for j in done]),
+            "wait_s": quantiles([self.wait_of(j) for j in done]),
             "run_s": quantiles([j.run_s for j in done]),
         }
 
@@ -391,6 +400,22 @@ def jobs_from_workload(
     return out
 
 
+def kim_trace(
+    jobs: Sequence[KimJob], *, start_s: float, per_speed: bool, seed: int
+) -> list[tuple[float, JobInfo]]:
+    """Kim's jobs as the grid sees them: serial, submitted start_s + their time into
+    the run, requirement point (cpu, memory, disk, a random virtual value); runtime_s
+    is the work, or with runtime_per_speed the work times the job's baseline speed
+    (the node divides by its own)."""
+    rng = random.Random(f"{seed}/job-points")
+    out = []
+    for job in jobs:
+        t = start_s + job.submit_s
+        runtime = job.work_s * job.baseline_speed if per_speed else job.work_s
+        out.append((t, JobInfo(job.id, 1, runtime, t, (*job.requirement, rng.random()))))
+    return out
+
+
 class JobsRun:
     """A spec's [jobs], prepared for one overlay run: the clustering, every
     host's resource point, the CAN space they live in, the client and its
@@ -399,6 +424,64 @@ class JobsRun:
     def __init__(self, spec: Any, topology: Any, names: Sequence[str], run_dir: Any) -> None:
         jobs = spec.jobs
         self.spec = jobs
+        self.profiles = jobs.profiles  # Kim's synthetic grid instead of a trace
+        rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
+        self.latency = np.maximum(rtt, rtt.T)
+        self.workload: Workload | None = None
+        run_time: Callable[[JobInfo, int], float] | None = None
+        if self.profiles is not None:
+            self.name = "KIM"
+            self.clusters: list[tuple[int, ...]] = [(h,) for h in range(topology.n)]  # no clusters
+            self.base: list[tuple[float, ...]] = list(
+                kim_nodes(self.profiles, topology.n, spec.seed)
+            )
+            self.space = Space(
+                [Dimension(r, 0.0, ladder_top(r) + 1.0) for r in RESOURCES]
+                + [Dimension("virtual", 0.0, 1.0, virtual=True)]
+            )
+            trace = kim_trace(
+                kim_jobs(self.profiles, spec.seed),
+                start_s=jobs.start_s,
+                per_speed=jobs.runtime_per_speed,
+                seed=spec.seed,
+            )
+            runtime_scale = 1.0
+            if jobs.runtime_per_speed:
+                speed = self.space.dims.index(
+                    next(d for d in self.space.dims if d.name == (jobs.speed_dimension or "cpu"))
+                )
+                run_time = lambda info, host: info.runtime_s / self.base[host][speed]  # noqa: E731
+        else:
+            self._trace_grid(jobs, topology)
+            assert self.workload is not None
+            assert jobs.workload is not None
+            trace = jobs_from_workload(
+                self.workload,
+                start_s=jobs.start_s,
+                latency_ms=jobs.latency_ms,
+                dims=self.space.n,
+                seed=spec.seed,
+            )
+            runtime_scale = jobs.workload.runtime_scale
+        self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
+        self.client = JobClient(
+            trace,
+            names,
+            seed=spec.seed,
+            runtime_scale=runtime_scale,
+            # A representative drops a waiting attempt at its first beat after
+            # dead_after_s of its entry's silence; one beat more for slack.
+            grace_s=jobs.dead_after_s + 2 * jobs.beat_s,
+            run_time=run_time,
+        )
+        self.engine_name = spec.engine
+        self.run_dir = run_dir
+        self.started: set[int] = set()  # hosts that ran a peer at some point
+        self._check_speed_dimension()
+
+    def _trace_grid(self, jobs: Any, topology: Any) -> None:
+        """A trace's grid: the static clustering of the label, each host's point
+        from its cluster, and the workload."""
         groups = [lab.get(jobs.label) for lab in topology.labels] if topology.labels else []
         if not groups or any(g is None for g in groups):
             raise InputError(
@@ -408,9 +491,7 @@ class JobsRun:
             )
         self.name = jobs.clustering.strip().upper()
         self.clusters = static_clustering(self.name, groups)
-        rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
-        self.latency = np.maximum(rtt, rtt.T)
-        self.base = job_points(self.clusters, rtt)
+        self.base = list(job_points(self.clusters, np.asarray(topology.rtt_ms, dtype=np.float64)))
         widest = max(p[0] for p in self.base)
         quickest = max(p[1] for p in self.base)
         # Half-open boxes: the largest values must lie inside the space.
@@ -421,6 +502,10 @@ class JobsRun:
                 Dimension("virtual", 0.0, 1.0, virtual=True),
             ]
         )
+        self.workload = prepare_workload(jobs.workload, topology.n)
+
+    def _check_speed_dimension(self) -> None:
+        jobs = self.spec
         real = [d.name for d in self.space.dims if not d.virtual]
         if jobs.speed_dimension and jobs.speed_dimension not in real:
             raise InputError(
@@ -428,27 +513,6 @@ class JobsRun:
                 f" the jobs' CAN; expected one of {real}",
                 source="<spec>",
             )
-        self.workload = prepare_workload(jobs.workload, topology.n)
-        trace = jobs_from_workload(
-            self.workload,
-            start_s=jobs.start_s,
-            latency_ms=jobs.latency_ms,
-            dims=self.space.n,
-            seed=spec.seed,
-        )
-        self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
-        self.client = JobClient(
-            trace,
-            names,
-            seed=spec.seed,
-            runtime_scale=jobs.workload.runtime_scale,
-            # A representative drops a waiting attempt at its first beat after
-            # dead_after_s of its entry's silence; one beat more for slack.
-            grace_s=jobs.dead_after_s + 2 * jobs.beat_s,
-        )
-        self.engine_name = spec.engine
-        self.run_dir = run_dir
-        self.started: set[int] = set()  # hosts that ran a peer at some point
 
     def sched_config(self) -> SchedConfig:
         """The peers' SchedConfig: the [jobs] table embeds its every field."""
@@ -483,6 +547,8 @@ class JobsRun:
         variant = f"{self.engine_name}/{self.name}"
         curves = {variant: self.client.slowdowns()}
         slowdown = {variant: self.client.slowdown_stats()}
+        if self.workload is None:
+            return self._kim_results(slowdown)
         # The idealised central FCFS scheduler (seed 002 §4.3.2) on the same
         # trace and on the clusters of the hosts that ran a peer: a reference,
         # not a contest (no network, no churn, no program overhead).
@@ -519,6 +585,34 @@ class JobsRun:
                 "trace": self.spec.workload.trace,
                 "workload": describe(self.workload),
             },
+        }
+
+    def _kim_results(self, slowdown: dict[str, Any]) -> dict[str, Any]:
+        """Kim's grid: the jobs' waits (injection to start, seed 000 §3) and how many
+        completed on a node less capable than they asked (must be none)."""
+        assert self.profiles is not None
+        misplaced = 0
+        for job in self.client.jobs.values():
+            if job.ok and job.ran_on is not None:
+                have, want = self.base[job.ran_on], job.info.point[:3]
+                misplaced += any(h < w for h, w in zip(have, want, strict=True))
+        jobs = self.client.summary()
+        jobs["misplaced"] = misplaced
+        # Jobs no node of the grid can run (Kim's completeness holds for the others).
+        jobs["infeasible"] = sum(
+            1
+            for job in self.client.jobs.values()
+            if not any(
+                all(h >= w for h, w in zip(node, job.info.point[:3], strict=True))
+                for node in self.base
+            )
+        )
+        waits = [self.client.wait_of(j) for j in self.client.jobs.values() if j.ok]
+        jobs["wait_mean_s"] = round(sum(waits) / len(waits), 3) if waits else None
+        return {
+            "jobs": jobs,
+            "slowdown": slowdown,
+            "jobs_setup": {"profiles": msgspec.to_builtins(self.profiles), "grid": "KIM"},
         }
 
     def diameter_ms(self, members: Sequence[int]) -> float:

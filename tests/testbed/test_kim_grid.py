@@ -1,0 +1,68 @@
+# Kim's synthetic grid (testbed/workload/_kim.py) and a jobs run on it in the
+# simulator: the generator's statistics, the spec's checks, and a run where every
+# job a node can run completes on a node as capable as it asks.
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from testbed.errors import InputError
+from testbed.experiments.overlay import run_experiment
+from testbed.spec import KimProfilesSpec, load_spec
+from testbed.workload._kim import RESOURCES, kim_jobs, kim_nodes
+
+
+@pytest.mark.parametrize(("constraints", "mean"), [("light", 1.3), ("heavy", 2.4), (0.5, 0.5)])
+def test_jobs_constrain_as_many_resources_as_asked_on_average(constraints, mean):
+    jobs = kim_jobs(KimProfilesSpec(constraints=constraints, jobs=6000, tau_s=2.0), seed=3)
+    constrained = [sum(1 for v in job.requirement if v > 0) for job in jobs]
+    assert statistics.fmean(constrained) == pytest.approx(mean, abs=0.06)
+    gaps = [b.submit_s - a.submit_s for a, b in zip(jobs, jobs[1:])]
+    assert statistics.fmean(gaps) == pytest.approx(2.0, rel=0.05)  # Poisson, mean tau_s
+    assert all(1200.0 <= job.work_s <= 3600.0 for job in jobs)
+
+
+def test_most_nodes_are_small_and_the_clustered_model_has_its_classes():
+    nodes = kim_nodes(KimProfilesSpec(), 4000, seed=1)
+    slowest = sum(1 for n in nodes if n[0] == RESOURCES["cpu"][0]) / len(nodes)
+    assert slowest == pytest.approx(32 / 63, abs=0.03)  # weights 2^-k over six rungs
+    assert nodes == kim_nodes(KimProfilesSpec(), 4000, seed=1)  # seeded
+    clustered = kim_nodes(KimProfilesSpec(model="clustered", classes=4), 500, seed=1)
+    assert len(set(clustered)) <= 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (['jobs.workload={trace="x.swf"}'], "give exactly one of"),
+        (["jobs.profiles.constraints=4.0"], "jobs.profiles.constraints"),
+        (["jobs.profiles.work_s=[10.0, 5.0]"], "jobs.profiles.work_s"),
+        (["jobs.profiles.tau_s=0.0"], "jobs.profiles.tau_s"),
+    ],
+)
+def test_bad_profiles_are_refused_naming_the_field(overrides, message):
+    with pytest.raises(InputError, match=message):
+        load_spec("scripts/experiments/kim-sim.toml", overrides)
+
+
+def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_node(tmp_path):
+    overrides = [
+        "topology.hosts=30",
+        "jobs.profiles.jobs=60",
+        "jobs.profiles.tau_s=1.0",
+        "jobs.profiles.work_s=[20.0, 40.0]",
+        "jobs.drain_s=400.0",
+    ]
+    spec, data = load_spec("scripts/experiments/kim-sim.toml", overrides)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jobs = summary["jobs"]
+    assert jobs["submitted"] == 60 and jobs["lost"] == 0 and jobs["misplaced"] == 0, jobs
+    assert jobs["failed"] == jobs["infeasible"] and jobs["completed"] == 60 - jobs["infeasible"]
+    assert jobs["executed_twice"] == 0 and jobs["duplicates"] == 0
+    assert summary["invariants"]["violations"] == 0
+    rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
+    assert all("ran_on" in r for r in rows if r["outcome"] == "completed")
