@@ -190,13 +190,13 @@ class JobEnded(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobMoved(Event):
-    """As representative: a job not started yet moved to a neighbour (DLB or QB)."""
+    """As representative: a job not started yet moved to a neighbour (DLB, QB, PULL, PUSH)."""
 
     kind: ClassVar[str] = "job_moved"
     job: int
     attempt: int
     to: str
-    by: str  # "dlb" or "qb"
+    by: str  # "dlb" or "qb", or Kim's "pull" or "push"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,8 @@ __all__ = [
     "Commit",
     "Confirm",
     "Dissolve",
+    "DlbReply",
+    "DlbRequest",
     "Endpoint",
     "Evicted",
     "JobAck",
@@ -536,6 +538,24 @@ class Dissolve(msgspec.Struct, tag=36, array_like=True, frozen=True):
     contacts: tuple[PeerInfo, ...]
 
 
+class DlbRequest(msgspec.Struct, tag=37, array_like=True, frozen=True):
+    """Kim's dynamic load balancing (seed 000 §4.2): PULL (kind 0, "give me a waiting
+    job I can run") or PUSH (kind 1, "take one of mine?"), with the sender's queue
+    length and capabilities."""
+
+    kind: int
+    queue: int
+    point: tuple[float, ...]
+
+
+class DlbReply(msgspec.Struct, tag=38, array_like=True, frozen=True):
+    """The answer to a DlbRequest of the same kind: a PULL's job comes as a JobRoute
+    (moved) with accept = True; a PUSH accepted is followed by the job."""
+
+    kind: int
+    accept: bool
+
+
 Message = (
     Update
     | JoinRequest
@@ -573,6 +593,8 @@ Message = (
     | JobWatch
     | Reunite
     | Dissolve
+    | DlbRequest
+    | DlbReply
 )
 
 

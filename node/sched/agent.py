@@ -58,6 +58,8 @@ from node.sched.records import Entry, Heard, Rep, Task
 from node.sched.representative import RepRole
 from node.sched.view import OverlayView
 from node.wire import (
+    DlbReply,
+    DlbRequest,
     JobAck,
     JobCancel,
     JobEnd,
@@ -94,6 +96,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
     TaskCancel,
     TaskDone,
     SchedBeat,
+    DlbRequest,
+    DlbReply,
 )
 
 
@@ -123,7 +127,9 @@ class SchedAgent:
         self.representative = RepRole(ctx, live, self.match)
         self.placement = Placement(ctx, live, self.match, self.representative.represent)
         self.entry = EntryRole(ctx, check_job=self.match.check_job, route=self.placement.route)
-        self.balancer = Balancer(ctx, live, self.match, self.representative, self.member.positions)
+        self.balancer = Balancer(
+            ctx, live, self.match, self.representative, self.member.positions, self.member.load
+        )
         self.beats = Beats(
             ctx, live, self.match, entry=self.entry, rep=self.representative, member=self.member
         )
@@ -143,6 +149,8 @@ class SchedAgent:
             TaskCancel: self.member.on_cancel,
             TaskDone: self.representative.on_done,
             SchedBeat: self.beats.on_beat,
+            DlbRequest: self.balancer.on_request,
+            DlbReply: self.balancer.on_reply,
         }
         assert tuple(self._handlers) == MESSAGE_TYPES
 

@@ -9,11 +9,27 @@
 #             (a serial job: its queue) is below the job's average queue
 #             position here less one.
 #
+# Kim's dynamic load balancing (seed 000 §4.2), balance = "pull" or "push",
+# every balance_s over the same neighbours, for the queued (not started) jobs:
+#   PULL: with probability 1 / (1 + our queue), ask the most loaded neighbour
+#         whose queue is at least two longer than ours (DlbRequest); it moves
+#         us the first waiting job, in submit order, that we can run, or says
+#         no (DlbReply) and we ask the next.
+#   PUSH: with waiting jobs, ask the least loaded neighbour whose queue is at
+#         least two shorter than ours and that can run one of them; it accepts
+#         with probability 1 / (1 + its queue); accepted, we move it the first
+#         waiting job it can run.
+#   The owner (the job's entry) learns the new place from its JobAck, as for
+#   DLB and QB. Decisions where seed 000 is silent: "at least two" (one would
+#   only swap which node waits), the pull's probability applied to starting a
+#   pull, one job per period and direction, requests served as they come.
+#
 # Rules
 #   Neighbours are our direct ones, or with neighbours = "indirect" every peer
 #   the CAN knows of; only another cluster's nodes that take jobs and beat us
 #   lately count. A moved attempt stays where it was moved. Draws from the
-#   peer's rng: the choice among the least capable fitting neighbours.
+#   peer's rng: the choice among the least capable fitting neighbours; Kim's
+#   coins and the choice among equally loaded neighbours.
 
 from __future__ import annotations
 
@@ -28,11 +44,13 @@ from node.sched.matchmaking import Matchmaker
 from node.sched.records import Candidate, Heard, Rep, order
 from node.sched.representative import RepRole
 from node.sched.states import RepState
-from node.wire import Endpoint, JobRoute, PeerInfo, TaskCancel
+from node.wire import DlbReply, DlbRequest, Endpoint, JobRoute, PeerInfo, TaskCancel
 
 __all__ = ["Balancer"]
 
 Positions = Callable[[], dict[tuple[int, int], int]]
+PULL, PUSH = 0, 1  # DlbRequest.kind
+MAX_QUEUE = 1_000_000  # a queue length on the wire beyond this is nonsense
 
 
 class Balancer:
@@ -45,17 +63,28 @@ class Balancer:
         match: Matchmaker,
         reps: RepRole,
         positions: Positions,
+        load: Callable[[], int] = lambda: 0,
     ) -> None:
         self._ctx = ctx
         self._live = live
         self._match = match
         self._reps = reps
         self._positions = positions
+        self._load = load
         self.balancers = set(ctx.config.balance.split("+")) - {"none"}
+        self._pulling: list[Address] = []  # PULL: whom to ask next, after a no
+        self._pushing: dict[Address, tuple[float, ...]] = {}  # PUSH asked: their point
 
     def balance(self, now: float) -> None:
         """DLB, then QB: the oldest idle job (not started, never moved) that a
-        neighbour can take is moved there; one job per period at most."""
+        neighbour can take is moved there; one job per period at most. Kim's
+        PULL or PUSH instead where configured."""
+        if "pull" in self.balancers:
+            self._pull(now)
+            return
+        if "push" in self.balancers:
+            self._push(now)
+            return
         idle = self._idle(now)
         if not idle:
             return
@@ -68,6 +97,99 @@ class Balancer:
                 if fits:
                     self._move(rep, self._match.least_capable(fits).addr, how, now)
                     return
+
+    # -- Kim's PULL and PUSH (seed 000 §4.2) -------------------------------------------------------
+
+    def _pull(self, now: float) -> None:
+        ctx, mine = self._ctx, self._load()
+        self._pulling = []
+        if ctx.rng.random() >= 1.0 / (1.0 + mine):
+            return
+        loaded = [
+            (h.load, ctx.rng.random(), a) for a, h in self._near_heard(now) if h.load >= mine + 2
+        ]
+        self._pulling = [a for _, _, a in sorted(loaded, reverse=True)]
+        self._ask_next_pull()
+
+    def _ask_next_pull(self) -> None:
+        if self._pulling:
+            ctx = self._ctx
+            ctx.count("dlb_request")
+            ctx.send(self._pulling.pop(0), DlbRequest(PULL, self._load(), tuple(ctx.view.point)))
+
+    def _push(self, now: float) -> None:
+        ctx, mine = self._ctx, self._load()
+        self._pushing = {}
+        idle = self._idle(now)
+        if not idle:
+            return
+        light = [
+            (h.load, ctx.rng.random(), a, info.point)
+            for info, h in self._near(now)
+            if h.load <= mine - 2
+            and any(self._match.capable(info.point, r.job) and r.job.size == 1 for r in idle)
+            for a in [(info.host, info.port)]
+        ]
+        if light:
+            _, _, target, point = min(light)
+            self._pushing = {target: tuple(point)}
+            ctx.count("dlb_request")
+            ctx.send(target, DlbRequest(PUSH, mine, tuple(ctx.view.point)))
+
+    def _near_heard(self, now: float) -> list[tuple[Address, Heard]]:
+        return [((info.host, info.port), heard) for info, heard in self._near(now)]
+
+    def on_request(self, source: Address, request: DlbRequest, now: float) -> str | None:
+        """A neighbour's PULL (move it a waiting job it can run) or PUSH (take one?)."""
+        n = self._ctx.view.config.space.n
+        if request.kind not in (PULL, PUSH) or not 0 <= request.queue <= MAX_QUEUE:
+            return "bad DLB request"
+        if len(request.point) != n or not all(math.isfinite(v) for v in request.point):
+            return "bad DLB request point"
+        ctx = self._ctx
+        if request.kind == PUSH:
+            accept = not ctx.gone and ctx.rng.random() < 1.0 / (1.0 + self._load())
+            ctx.count("dlb_reply")
+            ctx.send(source, DlbReply(PUSH, accept))
+            return None
+        rep = None
+        if not ctx.gone and self._load() >= request.queue + 2:
+            rep = next(
+                (
+                    r
+                    for r in self._idle(now)
+                    if r.job.size == 1 and self._match.capable(request.point, r.job)
+                ),
+                None,
+            )
+        ctx.count("dlb_reply")
+        ctx.send(source, DlbReply(PULL, rep is not None))
+        if rep is not None:
+            self._move(rep, source, "pull", now)
+        return None
+
+    def on_reply(self, source: Address, reply: DlbReply, now: float) -> str | None:
+        if reply.kind == PULL:
+            if not reply.accept:
+                self._ask_next_pull()
+            else:
+                self._pulling = []
+            return None
+        point = self._pushing.pop(source, None)
+        if reply.kind != PUSH or point is None:
+            return "unexpected DLB reply"
+        if reply.accept and not self._ctx.gone:
+            rep = next(
+                (
+                    r
+                    for r in self._idle(now)
+                    if r.job.size == 1 and self._match.capable(point, r.job)
+                ),
+                None,
+            )
+            if rep is not None:
+                self._move(rep, source, "push", now)
+        return None
 
     def _idle(self, now: float) -> list[Rep]:
         # Not a job whose entry has been quiet for two beats: moved, it would

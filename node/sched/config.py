@@ -48,7 +48,7 @@ MAX_RUNTIME_S = 1e6
 MAX_REASON = 200  # characters of a failure reason on the wire
 MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
 MATCHMAKERS = ("parsimony", "can", "can-p")
-BALANCERS = ("none", "dlb", "qb", "qb+dlb")
+BALANCERS = ("none", "dlb", "qb", "qb+dlb", "pull", "push")
 NEIGHBOURS = ("direct", "indirect")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
@@ -89,9 +89,10 @@ class SchedConfig:
     runtime_per_speed: bool = False
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
-    # "qb" or "qb+dlb", every balance_s, over our direct neighbours, or also the
-    # indirect ones (the CAN's neighbours' neighbours: they get our beats too).
-    balance: Literal["none", "dlb", "qb", "qb+dlb"] = "qb+dlb"
+    # "qb" or "qb+dlb", or Kim's "pull" or "push" (seed 000 §4.2), every balance_s,
+    # over our direct neighbours, or also the indirect ones (the CAN's neighbours'
+    # neighbours: they get our beats too).
+    balance: Literal["none", "dlb", "qb", "qb+dlb", "pull", "push"] = "qb+dlb"
     balance_s: float = 10.0
     neighbours: Literal["direct", "indirect"] = "direct"
     mpi_port: int = 7100  # where a rank listens (one rank per peer at a time)

@@ -414,7 +414,9 @@ class EmuEngine(WanVerbs):
             ]
         else:
             memory = [m for m in (private_memory_kb(p.pid) for p in self._procs.values()) if m]
+        asked_at = time.time()
         stats = [a["stats"] for a in self._ask_all("stats").values() if a]
+        stats += self._exited_stats(before=asked_at)
         fidelity = self._fidelity.close()
         floods = self.flood_reports()
         self.close()
@@ -510,12 +512,21 @@ class EmuEngine(WanVerbs):
         if proc is not None:
             proc.terminate(grace_s=5.0)
 
-    def _message_rate(self, stats: list[dict[str, Any]]) -> float | None:
-        logs = self.run_dir / "peers"
+    def _exited_stats(self, *, before: float) -> list[dict[str, Any]]:
+        """The final counters of the peers that exited (left) before `before` (wall
+        clock): the ones still running then were asked, and write theirs again as
+        they exit at the end."""
         self._sync_logs()
-        for path in sorted(logs.glob("*.jsonl")):  # peers that exited wrote their final stats
-            lines = path.read_text().splitlines()
-            stats.extend(json.loads(line)["stats"] for line in lines if '"kind":"exit"' in line)
+        out = []
+        for path in sorted((self.run_dir / "peers").glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if '"kind":"exit"' in line:
+                    record = json.loads(line)
+                    if record["wall"] < before:
+                        out.append(record["stats"])
+        return out
+
+    def _message_rate(self, stats: list[dict[str, Any]]) -> float | None:
         minutes = sum(s["uptime_s"] for s in stats) / 60
         return round(sum(s["tx"] for s in stats) / minutes, 2) if minutes > 0 else None
 

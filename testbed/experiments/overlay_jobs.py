@@ -58,8 +58,16 @@ from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.models.central import central_fcfs
 from testbed.spec import config_fields
-from testbed.workload import Workload, describe, prepare_workload
-from testbed.workload._kim import RESOURCES, KimJob, kim_jobs, kim_nodes, ladder_top
+from testbed.workload import (
+    RESOURCES,
+    KimJob,
+    Workload,
+    describe,
+    kim_jobs,
+    kim_nodes,
+    ladder_top,
+    prepare_workload,
+)
 
 __all__ = [
     "Feeding",

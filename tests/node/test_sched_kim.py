@@ -124,3 +124,38 @@ def test_bad_matchmaking_settings_are_refused_naming_the_field(field, value, mes
 def test_an_unknown_speed_dimension_is_refused_naming_the_field():
     with pytest.raises(FieldError, match="speed_dimension.*'gpu'.*one of \\['cpu', 'mem'\\]"):
         KimGrid(matchmaking="can-p", speed_dimension="gpu")
+
+
+def waits(grid: KimGrid) -> list[float]:
+    submitted = {e["job"]: e["t"] for e in grid.log if e["kind"] == "job_submitted"}
+    return [e["t"] - submitted[e["job"]] for e in grid.log if e["kind"] == "job_started"]
+
+
+@pytest.mark.parametrize("how", ["pull", "push"])
+def test_kims_dynamic_balancing_moves_queued_jobs_to_capable_idle_nodes(how):
+    # Basic CAN piles a burst of unconstrained jobs on the owners' neighbours; PULL
+    # (idle nodes ask loaded neighbours) and PUSH (loaded nodes offer to idle ones)
+    # move queued jobs away: every job runs once on a node that can run it, sooner.
+    burst = [(0.0, 0.0)] * 40
+    still = KimGrid(matchmaking="can", balance="none")
+    alone = still.run_jobs(burst, runtime_s=6.0, gap_s=0.05)
+    grid = KimGrid(matchmaking="can", balance=how, balance_s=1.0, neighbours="indirect")
+    started = grid.run_jobs(burst, runtime_s=6.0, gap_s=0.05)
+    assert sorted(started) == sorted(alone) == list(range(1, 41))
+    moved = [e for e in grid.log if e["kind"] == "job_moved"]
+    assert moved and all(e["by"] == how for e in moved)
+    assert sum(waits(grid)) < 0.8 * sum(waits(still)), (sum(waits(grid)), sum(waits(still)))
+    ends = [e for e in grid.log if e["kind"] == "job_finished" and e["ok"]]
+    assert sorted(e["job"] for e in ends) == list(range(1, 41))  # each ran once
+
+
+def test_a_malformed_dlb_request_is_refused_and_counted():
+    grid = KimGrid(matchmaking="can", balance="pull")
+    peer = grid.sim.peers[0]
+    from node.wire import Codec, DlbRequest
+
+    codec = Codec(None)
+    for k, bad in enumerate([DlbRequest(5, 0, (1.0, 1.0, 0.5)), DlbRequest(0, 0, (1.0, 0.5))]):
+        data = codec.encode(bad, sender=99, seq=k + 1)
+        peer.receive_datagram(data, ("10.0.0.2", 7000), grid.sim.now)
+    assert peer.stats()["drop.invalid"] == 2

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 
@@ -12,7 +13,7 @@ import pytest
 from testbed.errors import InputError
 from testbed.experiments.overlay import run_experiment
 from testbed.spec import KimProfilesSpec, load_spec
-from testbed.workload._kim import RESOURCES, kim_jobs, kim_nodes
+from testbed.workload import RESOURCES, kim_jobs, kim_nodes
 
 
 @pytest.mark.parametrize(("constraints", "mean"), [("light", 1.3), ("heavy", 2.4), (0.5, 0.5)])
@@ -20,7 +21,7 @@ def test_jobs_constrain_as_many_resources_as_asked_on_average(constraints, mean)
     jobs = kim_jobs(KimProfilesSpec(constraints=constraints, jobs=6000, tau_s=2.0), seed=3)
     constrained = [sum(1 for v in job.requirement if v > 0) for job in jobs]
     assert statistics.fmean(constrained) == pytest.approx(mean, abs=0.06)
-    gaps = [b.submit_s - a.submit_s for a, b in zip(jobs, jobs[1:])]
+    gaps = [b.submit_s - a.submit_s for a, b in itertools.pairwise(jobs)]
     assert statistics.fmean(gaps) == pytest.approx(2.0, rel=0.05)  # Poisson, mean tau_s
     assert all(1200.0 <= job.work_s <= 3600.0 for job in jobs)
 

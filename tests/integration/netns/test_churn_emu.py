@@ -55,6 +55,15 @@ def test_a_churn_script_on_real_processes(tmp_path):
     assert 0.8 * 900 <= flood["sent"] <= 900 * 1.05, flood  # 3 s at 300/s
     datagrams = summary["emu"]["peer_datagrams"]
     assert datagrams["rx"] == datagrams["accepted"] + sum(datagrams["dropped"].values())
+    # Counted once per peer: at most what the peers' final records say (each peer that
+    # exited, early or at the end, wrote its counters as it went).
+    finals = [
+        json.loads(line)["stats"]["rx"]
+        for log in (run_dir / "peers").glob("*.jsonl")
+        for line in log.read_text().splitlines()
+        if '"kind":"exit"' in line
+    ]
+    assert 0.9 * sum(finals) <= datagrams["rx"] <= sum(finals), (datagrams, sum(finals))
     # Every action is timed against its due time (the 50 ms figure is a campaign's
     # measurement, not a test: machines are shared); here only gross faults fail.
     assert all(a["applied_t"] >= a["due_t"] for a in applied)
