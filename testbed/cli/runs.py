@@ -343,6 +343,11 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
         *("-" if v is None else f"{v:.3g}" for v in (jobs["wait_mean_s"], wait["p50"], wait["p99"], wait["max"])),
     )  # fmt: skip
     console.print(table)
+    if jobs.get("central_wait_mean_s") is not None:
+        console.print(
+            f"Kim's CENTRAL on the same jobs and nodes (a cross-check, no redistribution): "
+            f"mean wait {jobs['central_wait_mean_s']:.3g} s; ours x{jobs['wait_vs_central']}"
+        )
     for reason, count in jobs["failure_reasons"].items():
         console.print(f"  failed x{count}: {reason}")
 

@@ -57,6 +57,7 @@ from testbed.analysis.slowdown import BOUND_S, bounded_slowdown, plot_slowdown, 
 from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.models.central import central_fcfs
+from testbed.models.kim_central import kim_central
 from testbed.spec import config_fields
 from testbed.workload import (
     RESOURCES,
@@ -617,6 +618,20 @@ class JobsRun:
         )
         waits = [self.client.wait_of(j) for j in self.client.jobs.values() if j.ok]
         jobs["wait_mean_s"] = round(sum(waits) / len(waits), 3) if waits else None
+        # Kim's CENTRAL on the same jobs and the nodes that ran a peer: a cross-check.
+        hosts = sorted(self.started)
+        dims = [d.name for d in self.space.dims]
+        central = kim_central(
+            [self.base[h] for h in hosts],
+            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
+            speed=dims.index(self.spec.speed_dimension or "cpu"),
+            per_speed=self.spec.runtime_per_speed,
+        )
+        placed = [w for w in central if w is not None]
+        mean = sum(placed) / len(placed) if placed else None
+        jobs["central_wait_mean_s"] = None if mean is None else round(mean, 3)
+        ours = jobs["wait_mean_s"]
+        jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
         return {
             "jobs": jobs,
             "slowdown": slowdown,

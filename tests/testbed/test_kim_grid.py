@@ -12,6 +12,7 @@ import pytest
 
 from testbed.errors import InputError
 from testbed.experiments.overlay import run_experiment
+from testbed.models.kim_central import kim_central
 from testbed.spec import KimProfilesSpec, load_spec
 from testbed.workload import RESOURCES, kim_jobs, kim_nodes
 
@@ -64,6 +65,20 @@ def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_nod
     assert jobs["submitted"] == 60 and jobs["lost"] == 0 and jobs["misplaced"] == 0, jobs
     assert jobs["failed"] == jobs["infeasible"] and jobs["completed"] == 60 - jobs["infeasible"]
     assert jobs["executed_twice"] == 0 and jobs["duplicates"] == 0
+    assert jobs["central_wait_mean_s"] is not None and jobs["wait_vs_central"] is not None
     assert summary["invariants"]["violations"] == 0
     rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
     assert all("ran_on" in r for r in rows if r["outcome"] == "completed")
+
+
+def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
+    nodes = [(100.0, 512.0, 40.0), (200.0, 4096.0, 40.0)]
+    jobs = [
+        (0.0, (0.0, 0.0, 0.0), 2000.0),  # the fastest idle: node 1, 10 s
+        (0.0, (0.0, 0.0, 0.0), 2000.0),  # node 0 is idle: 20 s
+        (1.0, (0.0, 0.0, 0.0), 2000.0),  # both busy, one queued each: the faster, at 10 s
+        (1.0, (0.0, 1024.0, 0.0), 2000.0),  # only node 1 has the memory: after the last
+        (1.0, (300.0, 0.0, 0.0), 2000.0),  # no node this fast
+    ]
+    assert kim_central(nodes, jobs) == [0.0, 0.0, 9.0, 19.0, None]
+    assert kim_central(nodes, jobs, per_speed=False)[2] == 1999.0  # 2,000 s anywhere
