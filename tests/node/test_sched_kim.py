@@ -159,3 +159,23 @@ def test_a_malformed_dlb_request_is_refused_and_counted():
         data = codec.encode(bad, sender=99, seq=k + 1)
         peer.receive_datagram(data, ("10.0.0.2", 7000), grid.sim.now)
     assert peer.stats()["drop.invalid"] == 2
+
+
+def test_kims_aggregates_count_every_node_and_queued_job_once():
+    # Seed 000 eq. 4.1-4.2 in a static grid after convergence: for every dimension d,
+    # the nodes with nothing below them in d, each counting itself plus what it
+    # aggregates above, add up to the whole grid, and so do their queues.
+    grid = KimGrid(matchmaking="can", balance="none")
+    rng = random.Random(3)
+    for k in range(40):  # long jobs: the queues stay as they are while we look
+        grid.sim.submit(k % N, JobInfo(k + 1, 1, 1e4, grid.sim.now, (0.0, 0.0, rng.random())))
+    grid.sim.run_until(grid.sim.now + 20.0)  # placed, and beats enough to converge
+    peers = grid.sim.peers
+    queued = sum(p.sched.member.load() for p in peers.values())
+    assert queued == 40
+    for d in range(SPACE.n):
+        bottom = [p for p in peers.values() if p.can.lo[d] == SPACE.dims[d].lo]
+        nodes = sum(p.sched._live.above[2 * d] + 1 for p in bottom)
+        jobs = sum(p.sched._live.above[2 * d + 1] + p.sched.member.load() for p in bottom)
+        assert nodes == pytest.approx(N, rel=1e-9), (d, nodes)
+        assert jobs == pytest.approx(queued, rel=1e-9), (d, jobs)
