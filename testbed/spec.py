@@ -366,6 +366,11 @@ def _check_run_jobs(j: Any, fail: Callable[[str, str], None]) -> None:
         )
     if j.workload is not None:
         _check_workload(j.workload, fail, "jobs.workload")
+        if j.runtime_per_speed:
+            fail(
+                "jobs.runtime_per_speed",
+                "only with [jobs.profiles]: a trace's run times were measured, they are not work",
+            )
     if j.profiles is not None:
         _check_profiles(j.profiles, fail)
     if not re.fullmatch(r"ACTUAL|(DISJOINT|OVERLAP)-[1-9][0-9]*", j.clustering.strip().upper()):

@@ -50,6 +50,11 @@ def test_bad_profiles_are_refused_naming_the_field(overrides, message):
         load_spec("scripts/experiments/kim-sim.toml", overrides)
 
 
+def test_run_time_per_speed_is_refused_for_a_trace():
+    with pytest.raises(InputError, match="jobs.runtime_per_speed: only with"):
+        load_spec("scripts/experiments/sched-emu.toml", ["jobs.runtime_per_speed=true"])
+
+
 def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_node(tmp_path):
     overrides = [
         "topology.hosts=30",
