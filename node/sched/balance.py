@@ -73,6 +73,7 @@ class Balancer:
         self._load = load
         self.balancers = set(ctx.config.balance.split("+")) - {"none"}
         self._pulling: list[Address] = []  # PULL: whom to ask next, after a no
+        self._asked: Address | None = None  # PULL: whom we asked last
         self._pushing: dict[Address, tuple[float, ...]] = {}  # PUSH asked: their point
 
     def balance(self, now: float) -> None:
@@ -102,42 +103,45 @@ class Balancer:
 
     def _pull(self, now: float) -> None:
         ctx, mine = self._ctx, self._load()
-        self._pulling = []
+        self._pulling, self._asked = [], None
         if ctx.rng.random() >= 1.0 / (1.0 + mine):
             return
         loaded = [
-            (h.load, ctx.rng.random(), a) for a, h in self._near_heard(now) if h.load >= mine + 2
+            (heard.load, ctx.rng.random(), (info.host, info.port))
+            for info, heard in self._near(now)
+            if heard.load >= mine + 2
         ]
-        self._pulling = [a for _, _, a in sorted(loaded, reverse=True)]
+        self._pulling = [addr for _, _, addr in sorted(loaded, reverse=True)]
         self._ask_next_pull()
 
     def _ask_next_pull(self) -> None:
-        if self._pulling:
+        self._asked = self._pulling.pop(0) if self._pulling else None
+        if self._asked is not None:
             ctx = self._ctx
             ctx.count("dlb_request")
-            ctx.send(self._pulling.pop(0), DlbRequest(PULL, self._load(), tuple(ctx.view.point)))
+            ctx.send(self._asked, DlbRequest(PULL, self._load(), tuple(ctx.view.point)))
 
     def _push(self, now: float) -> None:
         ctx, mine = self._ctx, self._load()
         self._pushing = {}
-        idle = self._idle(now)
-        if not idle:
-            return
+        idle = [r for r in self._idle(now) if r.job.size == 1]
         light = [
-            (h.load, ctx.rng.random(), a, info.point)
-            for info, h in self._near(now)
-            if h.load <= mine - 2
-            and any(self._match.capable(info.point, r.job) and r.job.size == 1 for r in idle)
-            for a in [(info.host, info.port)]
+            (heard.load, ctx.rng.random(), (info.host, info.port), tuple(info.point))
+            for info, heard in self._near(now)
+            if heard.load <= mine - 2 and any(self._match.capable(info.point, r.job) for r in idle)
         ]
         if light:
             _, _, target, point = min(light)
-            self._pushing = {target: tuple(point)}
+            self._pushing = {target: point}
             ctx.count("dlb_request")
             ctx.send(target, DlbRequest(PUSH, mine, tuple(ctx.view.point)))
 
-    def _near_heard(self, now: float) -> list[tuple[Address, Heard]]:
-        return [((info.host, info.port), heard) for info, heard in self._near(now)]
+    def _runnable(self, point: tuple[float, ...], now: float) -> Rep | None:
+        """Our first waiting serial job, in submit order, that a node at `point` can run."""
+        return next(
+            (r for r in self._idle(now) if r.job.size == 1 and self._match.capable(point, r.job)),
+            None,
+        )
 
     def on_request(self, source: Address, request: DlbRequest, now: float) -> str | None:
         """A neighbour's PULL (move it a waiting job it can run) or PUSH (take one?)."""
@@ -154,14 +158,7 @@ class Balancer:
             return None
         rep = None
         if not ctx.gone and self._load() >= request.queue + 2:
-            rep = next(
-                (
-                    r
-                    for r in self._idle(now)
-                    if r.job.size == 1 and self._match.capable(request.point, r.job)
-                ),
-                None,
-            )
+            rep = self._runnable(request.point, now)
         ctx.count("dlb_reply")
         ctx.send(source, DlbReply(PULL, rep is not None))
         if rep is not None:
@@ -169,26 +166,18 @@ class Balancer:
         return None
 
     def on_reply(self, source: Address, reply: DlbReply, now: float) -> str | None:
-        if reply.kind == PULL:
-            if not reply.accept:
-                self._ask_next_pull()
+        """The answer to our PULL (no: ask the next) or PUSH (yes: move it a job)."""
+        if reply.kind == PULL and source == self._asked:
+            if reply.accept:
+                self._pulling, self._asked = [], None  # the job follows
             else:
-                self._pulling = []
+                self._ask_next_pull()
             return None
-        point = self._pushing.pop(source, None)
-        if reply.kind != PUSH or point is None:
+        point = self._pushing.pop(source, None) if reply.kind == PUSH else None
+        if point is None:
             return "unexpected DLB reply"
-        if reply.accept and not self._ctx.gone:
-            rep = next(
-                (
-                    r
-                    for r in self._idle(now)
-                    if r.job.size == 1 and self._match.capable(point, r.job)
-                ),
-                None,
-            )
-            if rep is not None:
-                self._move(rep, source, "push", now)
+        if reply.accept and not self._ctx.gone and (rep := self._runnable(point, now)):
+            self._move(rep, source, "push", now)
         return None
 
     def _idle(self, now: float) -> list[Rep]:

@@ -152,13 +152,19 @@ def test_kims_dynamic_balancing_moves_queued_jobs_to_capable_idle_nodes(how):
 def test_a_malformed_dlb_request_is_refused_and_counted():
     grid = KimGrid(matchmaking="can", balance="pull")
     peer = grid.sim.peers[0]
-    from node.wire import Codec, DlbRequest
+    from node.wire import Codec, DlbReply, DlbRequest
 
     codec = Codec(None)
-    for k, bad in enumerate([DlbRequest(5, 0, (1.0, 1.0, 0.5)), DlbRequest(0, 0, (1.0, 0.5))]):
-        data = codec.encode(bad, sender=99, seq=k + 1)
+    bad = [
+        DlbRequest(5, 0, (1.0, 1.0, 0.5)),  # no such kind
+        DlbRequest(0, 0, (1.0, 0.5)),  # a point of the wrong dimension
+        DlbReply(0, False),  # an answer to a PULL we did not send
+        DlbReply(1, True),  # an answer to a PUSH we did not send
+    ]
+    for k, message in enumerate(bad):
+        data = codec.encode(message, sender=99, seq=k + 1)
         peer.receive_datagram(data, ("10.0.0.2", 7000), grid.sim.now)
-    assert peer.stats()["drop.invalid"] == 2
+    assert peer.stats()["drop.invalid"] == 4
 
 
 def test_kims_aggregates_count_every_node_and_queued_job_once():
