@@ -12,12 +12,13 @@
 #   with a full bucket: at worst `burst` more datagrams).
 #   Strangers get less: a source this peer has never spoken to first (sent
 #   anything but an answer to a Ping; `Contacts`) is held to `stranger_per_s`
-#   after `stranger_burst` (each at most the others'). A flooding host that is no peer's neighbour, owner or
-#   cluster mate hears only Pongs back, so it stays a stranger everywhere: each
-#   peer decodes and answers a few of its datagrams a second and drops the rest
-#   at the lookup (a host the overlay talks to gets the full rate). A new contact
-#   (a joiner, a prober, a job's run node) starts as a stranger and is known from
-#   the first message sent to it; its first words fit in the stranger's burst.
+#   after `stranger_burst` (each at most the others'). A flooding host that is
+#   no peer's neighbour, owner or cluster mate hears only Pongs back, so it
+#   stays a stranger everywhere: each peer decodes and answers a few of its
+#   datagrams a second and drops the rest at the lookup (a host the overlay
+#   talks to gets the full rate). A new contact (a joiner, a prober, a job's run
+#   node) starts as a stranger and is known from the first message sent to it;
+#   its first words fit in the stranger's burst.
 #
 # Rule: time is the peer's `now` clock (virtual in the simulator: the same
 # datagrams are limited the same way at any speed).
