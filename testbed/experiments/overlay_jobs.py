@@ -456,9 +456,7 @@ class JobsRun:
             )
             runtime_scale = 1.0
             if jobs.runtime_per_speed:
-                speed = self.space.dims.index(
-                    next(d for d in self.space.dims if d.name == (jobs.speed_dimension or "cpu"))
-                )
+                speed = self._speed_index()
                 run_time = lambda info, host: info.runtime_s / self.base[host][speed]  # noqa: E731
         else:
             self._trace_grid(jobs, topology)
@@ -512,6 +510,10 @@ class JobsRun:
             ]
         )
         self.workload = prepare_workload(jobs.workload, topology.n)
+
+    def _speed_index(self) -> int:
+        """Where a Kim grid's node point holds its speed (speed_dimension, default cpu)."""
+        return [d.name for d in self.space.dims].index(self.spec.speed_dimension or "cpu")
 
     def _check_speed_dimension(self) -> None:
         jobs = self.spec
@@ -620,11 +622,10 @@ class JobsRun:
         jobs["wait_mean_s"] = round(sum(waits) / len(waits), 3) if waits else None
         # Kim's CENTRAL on the same jobs and the nodes that ran a peer: a cross-check.
         hosts = sorted(self.started)
-        dims = [d.name for d in self.space.dims]
         central = kim_central(
             [self.base[h] for h in hosts],
             [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
-            speed=dims.index(self.spec.speed_dimension or "cpu"),
+            speed=self._speed_index(),
             per_speed=self.spec.runtime_per_speed,
         )
         placed = [w for w in central if w is not None]
