@@ -201,11 +201,12 @@ class JobMoved(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobAdopted(Event):
-    """We are the job's entry now: a leaving entry handed it over."""
+    """We are the job's entry now: a leaving entry handed it over, or a
+    representative whose entry went silent routed its attempt to us (JobRehome)."""
 
     kind: ClassVar[str] = "job_adopted"
     job: int
-    source: str  # the leaving entry's host
+    source: str  # the leaving entry's host, or the representative's
 
 
 @dataclass(frozen=True, slots=True)

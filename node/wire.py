@@ -50,6 +50,7 @@ __all__ = [
     "JobEnd",
     "JobHandover",
     "JobInfo",
+    "JobRehome",
     "JobRoute",
     "JobTaken",
     "JobWatch",
@@ -556,6 +557,18 @@ class DlbReply(msgspec.Struct, tag=38, array_like=True, frozen=True):
     accept: bool
 
 
+class JobRehome(msgspec.Struct, tag=39, array_like=True, frozen=True):
+    """A representative whose entry went silent -> over the CAN, hop by hop, to the owner
+    of the job's point (seed 000 §2.1: the run node finds the job's new owner by routing
+    to its coordinates again, the CAN having given the zone to another node): be this
+    attempt's entry. `rep` is the representative; answered by a JobWatch to it."""
+
+    job: JobInfo
+    attempt: int
+    rep: Endpoint
+    hops: int
+
+
 Message = (
     Update
     | JoinRequest
@@ -595,6 +608,7 @@ Message = (
     | Dissolve
     | DlbRequest
     | DlbReply
+    | JobRehome
 )
 
 

@@ -65,6 +65,7 @@ from node.wire import (
     JobEnd,
     JobHandover,
     JobInfo,
+    JobRehome,
     JobRoute,
     JobTaken,
     JobWatch,
@@ -98,6 +99,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     SchedBeat,
     DlbRequest,
     DlbReply,
+    JobRehome,
 )
 
 
@@ -124,8 +126,16 @@ class SchedAgent:
             ctx, live, lambda job: self.match.check_job(job), lambda job: self.match.run_time(job)
         )
         self.match = Matchmaker(ctx, live, self.member.load)
-        self.representative = RepRole(ctx, live, self.match)
-        self.placement = Placement(ctx, live, self.match, self.representative.represent)
+        self.representative = RepRole(
+            ctx, live, self.match, lambda rehome, now: self.placement.rehome(rehome, now)
+        )
+        self.placement = Placement(
+            ctx,
+            live,
+            self.match,
+            self.representative.represent,
+            lambda rehome, now: self.entry.adopt(rehome, now),
+        )
         self.entry = EntryRole(ctx, check_job=self.match.check_job, route=self.placement.route)
         self.balancer = Balancer(
             ctx, live, self.match, self.representative, self.member.positions, self.member.load
@@ -139,7 +149,7 @@ class SchedAgent:
             JobRoute: self.placement.on_job_route,
             JobAck: self.entry.on_ack,
             JobEnd: self.entry.on_end,
-            JobCancel: self.representative.on_cancel,
+            JobCancel: self._on_cancel,
             JobHandover: self.entry.on_handover,
             JobTaken: self.entry.on_taken,
             JobWatch: self.representative.on_watch,
@@ -151,6 +161,7 @@ class SchedAgent:
             SchedBeat: self.beats.on_beat,
             DlbRequest: self.balancer.on_request,
             DlbReply: self.balancer.on_reply,
+            JobRehome: self.placement.on_rehome,
         }
         assert tuple(self._handlers) == MESSAGE_TYPES
 
@@ -190,6 +201,12 @@ class SchedAgent:
         return self.member.actions()
 
     # -- inputs ------------------------------------------------------------------------------------
+
+    def _on_cancel(self, source: Address, cancel: JobCancel, now: float) -> str | None:
+        """From an entry to its attempt's representative: stop; from a
+        representative to an entry: another entry watches the attempt now."""
+        self.representative.on_cancel(source, cancel, now)
+        return self.entry.on_disowned(source, cancel, now)
 
     def handle_message(self, source: Address, message: Message, now: float) -> str | None:
         """Apply one message; returns why it was unacceptable, or None."""

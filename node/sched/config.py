@@ -29,6 +29,7 @@ __all__ = [
     "MAX_RUNTIME_S",
     "MAX_SHARED",
     "NEIGHBOURS",
+    "OWNER_RECOVERY",
     "STAGES",
     "STAGE_PLACED",
     "STAGE_PUSH",
@@ -50,6 +51,7 @@ MAX_SHARED = 10_000  # (job, attempt) pairs one beat may list
 MATCHMAKERS = ("parsimony", "can", "can-p")
 BALANCERS = ("none", "dlb", "qb", "qb+dlb", "pull", "push")
 NEIGHBOURS = ("direct", "indirect")
+OWNER_RECOVERY = ("client", "reroute")
 STAGES = STAGE_ROUTE, STAGE_PUSH, STAGE_PLACED = 0, 1, 2
 HANDOVER_RESEND_S = 0.5  # a leaver sends an untaken JobHandover again this often
 MAX_AGGREGATE = 1e9  # Kim's aggregates (nodes and tasks above) beyond this are nonsense
@@ -88,6 +90,12 @@ class SchedConfig:
     # speed (seed 000 §1.2, Kim's runtime model); False: runtime_s on any node.
     runtime_per_speed: bool = False
     handover_s: float = 3.0  # a leaving entry waits this long at most for its jobs to be taken
+    # An entry (the job's owner) that went silent (docs/scheduling.md "When the owner
+    # fails"): "client" -- its representatives drop attempts not running and the client
+    # submits the job again elsewhere; "reroute" -- each representative routes the
+    # attempt to the job's point for `dead_after_s` at most (JobRehome, every beat), and
+    # the owner of that zone adopts it (seed 000 §2.1); then as "client".
+    owner_recovery: Literal["client", "reroute"] = "client"
     # Dynamic balancing of jobs not started yet (seed 002 §4.2): "none", "dlb",
     # "qb" or "qb+dlb", or Kim's "pull" or "push" (seed 000 §4.2), every balance_s,
     # over our direct neighbours, or also the indirect ones (the CAN's neighbours'
@@ -131,6 +139,12 @@ class SchedConfig:
             raise FieldError("sched", "stopping_factor", f"must be a number >= 0, not {sf!r}")
         if self.balance not in BALANCERS:
             raise FieldError("sched", "balance", f"{self.balance!r}: expected one of {BALANCERS}")
+        if self.owner_recovery not in OWNER_RECOVERY:
+            raise FieldError(
+                "sched",
+                "owner_recovery",
+                f"{self.owner_recovery!r}: expected one of {OWNER_RECOVERY}",
+            )
         if self.neighbours not in NEIGHBOURS:
             raise FieldError("sched", "neighbours", f"{self.neighbours!r}: expected {NEIGHBOURS}")
         if self.collective not in ("allreduce", "barrier"):

@@ -16,7 +16,11 @@
 # jobs' bookkeeping with it: its representatives notice the silence and drop
 # their attempts, and the client submits again elsewhere (seed 000 §2.1: "if
 # both fail ... the client must resubmit"; here the entry is the client's own
-# peer).
+# peer). With `owner_recovery = "reroute"` a representative first routes its
+# attempt to the job's point (JobRehome), and the owner of that zone adopts it
+# (adopt(): seed 000 §2.1, "the run node ... finds the new owner by re-routing
+# to the job's coordinates"); an entry whose representative took a newer
+# entry is told so (JobCancel) and stops watching the job.
 #
 # Rules
 #   Draws from the peer's rng: each attempt's id, and the neighbour a leaving
@@ -39,6 +43,7 @@ from node.wire import (
     JobEnd,
     JobHandover,
     JobInfo,
+    JobRehome,
     JobRoute,
     JobTaken,
     JobWatch,
@@ -242,6 +247,37 @@ class EntryRole:
             ctx.emit(JobAdopted(now, job, source[0]))
             ctx.wake(now)
         ctx.send(source, JobTaken(job))
+        return None
+
+    def adopt(self, rehome: JobRehome, now: float) -> None:
+        """A representative's attempt whose entry is gone reached us, the owner of
+        its job's point: we are its entry now, unless the job is open here already
+        (submitted here again, or adopted: then only its watch is sent again)."""
+        ctx = self._ctx
+        job, rep = rehome.job.id, (rehome.rep.host, rehome.rep.port)
+        known = self.entries.get(job)
+        if known is not None and not (known.ended and known.passed_on):
+            if not known.ended and known.attempt == rehome.attempt and known.rep == rep:
+                ctx.send(rep, JobWatch(job, rehome.attempt))
+            else:
+                ctx.count("rehome_refused")
+            return
+        entry = self.entries[job] = Entry(rehome.job, 1, rehome.attempt)
+        entry.heard, entry.rep, entry.watching = now, rep, True
+        ctx.count("rehomed")
+        ctx.send(rep, JobWatch(job, rehome.attempt))
+        ctx.emit(JobAdopted(now, job, rep[0]))
+        ctx.wake(now)
+
+    def on_disowned(self, source: Address, cancel: JobCancel, now: float) -> str | None:
+        """A JobCancel from the current attempt's representative: it reports to
+        another entry now (that entry adopted the attempt after us)."""
+        entry = self._current(cancel.job, cancel.attempt)
+        if entry is not None and entry.rep == source and source != self._ctx.address:
+            entry.ended, entry.passed_on, entry.ended_at = True, True, now
+            entry.retry_at = math.inf
+            self._ctx.count("disowned")
+            self._ctx.emit(JobHandedOver(now, cancel.job, source[0]))
         return None
 
     def on_taken(self, source: Address, taken: JobTaken, now: float) -> str | None:

@@ -8,6 +8,11 @@
 # requirement. A JobRoute goes through three stages: ROUTE (towards the
 # point), PUSH (upward, looking for room), PLACED (to the node that takes it).
 #
+# A JobRehome (an attempt whose entry went silent, from its representative)
+# is routed the same way, greedily to the job's point, and adopted there by the
+# entry role; one that cannot go on is dropped (its representative sends it
+# again every beat).
+#
 # Rules
 #   Any failure goes back to the entry as a JobEnd (ok=False) with the reason;
 #   the entry decides whether to try again. Every hop counts towards
@@ -32,7 +37,7 @@ from node.sched.config import (
 from node.sched.context import Context
 from node.sched.liveness import Liveness
 from node.sched.matchmaking import Matchmaker
-from node.wire import Endpoint, JobEnd, JobInfo, JobRoute, check_endpoint
+from node.wire import Endpoint, JobEnd, JobInfo, JobRehome, JobRoute, check_endpoint
 
 __all__ = ["Placement", "Represent"]
 
@@ -49,12 +54,20 @@ class Placement:
     """Routes JobRoute messages and places the attempts that reach us."""
 
     def __init__(
-        self, ctx: Context, live: Liveness, match: Matchmaker, represent: Represent
+        self,
+        ctx: Context,
+        live: Liveness,
+        match: Matchmaker,
+        represent: Represent,
+        adopt: Callable[[JobRehome, float], None],
     ) -> None:
+        """adopt: the entry role's taking of a JobRehome that reached the owner
+        of its job's point (EntryRole.adopt)."""
         self._ctx = ctx
         self._live = live
         self._match = match
         self._represent = represent
+        self._adopt = adopt
 
     def on_job_route(self, source: Address, route: JobRoute, now: float) -> str | None:
         problem = self._match.check_job(route.job)
@@ -66,6 +79,29 @@ class Placement:
             return "bad entry address"
         self.route(route, now)
         return None
+
+    def on_rehome(self, source: Address, rehome: JobRehome, now: float) -> str | None:
+        problem = self._match.check_job(rehome.job)
+        if problem is not None:
+            return problem
+        if not 0 <= rehome.hops <= self._ctx.config.max_hops:
+            return "bad hop count"
+        if check_endpoint(rehome.rep) is not None:
+            return "bad representative address"
+        self.rehome(rehome, now)
+        return None
+
+    def rehome(self, rehome: JobRehome, now: float) -> None:
+        """One step of a JobRehome here (also the representative's first, locally)."""
+        ctx = self._ctx
+        hop = -1 if ctx.gone else self._match.route_step(rehome.job.point)
+        if ctx.gone or hop is None or rehome.hops >= ctx.config.max_hops:
+            ctx.count("rehome_dropped")  # sent again by the representative
+        elif hop == -1:
+            self._adopt(rehome, now)
+        else:
+            info = ctx.view.known[hop].info
+            ctx.send((info.host, info.port), replace(rehome, hops=rehome.hops + 1))
 
     def route(self, route: JobRoute, now: float) -> None:
         """One step of a JobRoute here (also the entry's first, locally)."""

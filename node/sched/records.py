@@ -85,6 +85,7 @@ class Rep:
     run_s: float = 0.0
     orphan: bool = False  # its entry is gone: it runs to the end, then goes
     moved: bool = False  # DLB or QB moved it here: it stays
+    rehome_until: float | None = None  # its entry is gone: routing it to a new owner until then
     positions: dict[Address, int] = field(default_factory=dict)  # its tasks' queue positions
 
 

@@ -11,10 +11,15 @@
 # tries again elsewhere.
 #
 # The entry hears JobAck every beat (running or not), then JobEnd until it
-# acknowledges it. An entry that goes silent orphans the attempt: a running
-# one runs to its end, which its job_finished event reports to the client
-# (seed 000 §2.1: the run node returns results directly to the client); any
-# other is dropped. A leaving entry's adopter says where to report (JobWatch).
+# acknowledges it. An entry that goes silent (or came back without the
+# attempt) orphans the attempt: with `owner_recovery = "reroute"` it is first
+# routed to the job's point every beat for `dead_after_s` (JobRehome, seed 000
+# §2.1), and the owner of that zone becomes its entry (JobWatch). An orphan
+# that found no new entry: a running one runs to its end, which its
+# job_finished event reports to the client (the run node returns results
+# directly to the client); any other is dropped. A leaving entry's adopter
+# says where to report (JobWatch); an entry replaced by another one is told
+# (JobCancel), so that it does not try the job again.
 #
 # Rules
 #   An attempt's state moves only through node.sched.states.enter()
@@ -24,6 +29,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from node.events import JobFinished, JobStarted
 from node.sched.config import MAX_REASON, MAX_SHARED, Address
@@ -38,6 +44,7 @@ from node.wire import (
     JobCancel,
     JobEnd,
     JobInfo,
+    JobRehome,
     JobWatch,
     SchedBeat,
     TaskCancel,
@@ -55,10 +62,18 @@ Key = tuple[int, int]  # (job, attempt)
 class RepRole:
     """The attempts placed on us, and their co-scheduling rounds."""
 
-    def __init__(self, ctx: Context, live: Liveness, match: Matchmaker) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        live: Liveness,
+        match: Matchmaker,
+        rehome: Callable[[JobRehome, float], None],
+    ) -> None:
+        """rehome: the first step of a JobRehome's route (Placement.rehome)."""
         self._ctx = ctx
         self._live = live
         self._match = match
+        self._rehome_step = rehome
         self.reps: dict[Key, Rep] = {}
 
     def leave(self, now: float) -> None:
@@ -220,6 +235,25 @@ class RepRole:
 
     # -- the entry ---------------------------------------------------------------------------------
 
+    def _rehome(self, rep: Rep, now: float) -> bool:
+        """The entry is gone: route the attempt to the owner of the job's point
+        (again), unless rerouting is off, given up, or the attempt completed (its
+        job_finished was the report). Returns whether it is being rerouted."""
+        ctx = self._ctx
+        if ctx.config.owner_recovery != "reroute" or rep.orphan or ctx.gone:
+            return False
+        if rep.state == RepState.FINISHED and rep.ok:
+            return False
+        if rep.rehome_until is None:
+            rep.rehome_until = now + ctx.config.dead_after_s
+            ctx.count("rehoming")
+        elif now >= rep.rehome_until:
+            rep.rehome_until = None
+            ctx.count("rehome_gave_up")
+            return False
+        self._rehome_step(JobRehome(rep.job, rep.attempt, ctx.me, 0), now)
+        return True
+
     def _orphan(self, key: Key, rep: Rep, reason: str, now: float) -> bool:
         """The entry is gone. A running attempt runs to its end, which its
         job_finished event reports to the client (seed 000 §2.1: the run node
@@ -254,7 +288,17 @@ class RepRole:
         if rep is None:
             self._ctx.send(source, JobEnd(watch.job, watch.attempt, False, "not known here", 0.0))
             return None
-        rep.entry, rep.orphan = source, False
+        previous, me = rep.entry, self._ctx.address
+        rerouting = self._ctx.config.owner_recovery == "reroute"
+        if (
+            rerouting
+            and previous not in (source, me)
+            and not self._live.silent(previous, rep.since, now)
+        ):
+            # Two entries for one attempt (a JobRehome sent again reached another
+            # owner): the newest takes it, the other stops watching.
+            self._ctx.send(previous, JobCancel(watch.job, watch.attempt))
+        rep.entry, rep.orphan, rep.rehome_until = source, False, None
         self.report(rep)
         return None
 
@@ -272,7 +316,9 @@ class RepRole:
             if key in listed:
                 continue
             if rep.entry == source and rep.entry != self._ctx.address and rep.since < grace:
-                self._orphan(key, rep, "its entry forgot it", now)  # the entry came back
+                # The entry came back without it.
+                if rep.rehome_until is None and not self._rehome(rep, now):
+                    self._orphan(key, rep, "its entry forgot it", now)
             elif rep.state == RepState.COLLECTING and source in rep.members:
                 if rep.offered_at < grace:  # the offer was lost, or the member forgot it
                     self._ctx.send(source, TaskOffer(rep.job, rep.attempt, rep.round))
@@ -288,13 +334,20 @@ class RepRole:
         """Our share of a beat: orphan attempts whose entry went silent, report to
         the entries, lose silent members, and list each attempt for its peers."""
         for key, rep in list(self.reps.items()):
-            gone = rep.orphan or (
-                rep.entry != self._ctx.address and self._live.silent(rep.entry, rep.since, now)
+            gone = (
+                rep.orphan
+                or rep.rehome_until is not None
+                or (rep.entry != self._ctx.address and self._live.silent(rep.entry, rep.since, now))
             )
-            if gone and self._orphan(key, rep, "its entry went silent", now):
+            if (
+                gone
+                and not self._rehome(rep, now)
+                and self._orphan(key, rep, "its entry went silent", now)
+            ):
                 continue
-            self.report(rep)
-            shared.setdefault(rep.entry, []).append(key)
+            if rep.rehome_until is None:
+                self.report(rep)
+                shared.setdefault(rep.entry, []).append(key)
             if rep.state == RepState.FINISHED:
                 continue
             # Only the peers holding a task of the attempt beat us about it.

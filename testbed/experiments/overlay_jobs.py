@@ -21,8 +21,11 @@
 #   `grace_s` before it submits again: a representative that has not noticed
 #   the entry's silence yet may still start the waiting attempt (the client
 #   then follows that run), and after grace_s every such attempt has started
-#   or been dropped, so the job does not run twice. Nothing else is ever
-#   retried by the client.
+#   or been dropped, so the job does not run twice; with owner_recovery =
+#   "reroute", grace_s is longer by the time a representative spends routing
+#   a waiting attempt to a new owner, and a job adopted so (job_adopted) is
+#   followed there and not submitted again. Nothing else is ever retried by
+#   the client.
 #
 #   At the end every job is completed, failed with the reason its entry gave,
 #   still running (a run of it started on a peer that is alive, and its run
@@ -231,7 +234,10 @@ class JobClient:
             return  # not one of ours (or malformed)
         kind, host = record["kind"], record["host"]
         if kind == "job_adopted":
+            # A leaving entry's hand-over, or an attempt of a lost entry that its
+            # representative rerouted to a new owner: follow that entry.
             job.entry = (host, self._live.get(host, -1))
+            job.orphan, job.again_at = False, None
         elif kind == "job_started":
             job.running = (host, self._live.get(host, -1), int(record["attempt"]))
             job.started_t = float(record["t"])
@@ -477,8 +483,11 @@ class JobsRun:
             seed=spec.seed,
             runtime_scale=runtime_scale,
             # A representative drops a waiting attempt at its first beat after
-            # dead_after_s of its entry's silence; one beat more for slack.
-            grace_s=jobs.dead_after_s + 2 * jobs.beat_s,
+            # dead_after_s of its entry's silence; one beat more for slack. When
+            # it reroutes the attempt to a new owner first, that lasts
+            # dead_after_s more.
+            grace_s=jobs.dead_after_s * (2 if jobs.owner_recovery == "reroute" else 1)
+            + 2 * jobs.beat_s,
             run_time=run_time,
         )
         self.engine_name = spec.engine

@@ -41,6 +41,7 @@ from node.wire import (
     JobEnd,
     JobHandover,
     JobInfo,
+    JobRehome,
     JobRoute,
     JobTaken,
     JobWatch,
@@ -283,6 +284,7 @@ def _job_messages(
         ),
         lambda: JobTaken(small),
         lambda: JobWatch(small, small),
+        lambda: JobRehome(job, small, rng.choice(ends), rng.randrange(-1, 70)),
     ]
 
 

@@ -210,6 +210,27 @@ def test_a_job_handed_over_by_a_leaving_entry_is_not_submitted_again():
     assert len(engine.submitted) == 2 and client.resubmitted == 1
 
 
+def test_a_job_rerouted_to_a_new_owner_after_its_entry_crashed_is_followed_there():
+    # owner_recovery = "reroute": the entry crashes, the representative routes the
+    # waiting attempt to the job's point and its owner adopts it within the grace:
+    # the client follows the adopter and does not submit the job again.
+    client, engine = client_for(1, grace_s=18.0)
+    first = entry_of(engine, 100)
+    del engine.alive[first]
+    engine.advance(1.0)
+    client.step(engine)
+    adopter = (first + 1) % 4
+    engine.advance(9.0)
+    engine.record(adopter, "job_adopted", 100, source="h9")
+    client.step(engine)
+    engine.advance(30.0)
+    client.step(engine)
+    assert len(engine.submitted) == 1 and client.resubmitted == 0
+    engine.record(adopter, "job_ended", 100, ok=True, reason="", attempts=1, run_s=5.0)
+    client.step(engine)
+    assert client.summary()["completed"] == 1
+
+
 def test_a_running_job_of_a_lost_entry_reports_itself_or_is_submitted_again():
     # Its run completes: no second submission.
     client, engine = client_for(1)

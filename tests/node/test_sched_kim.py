@@ -185,3 +185,49 @@ def test_kims_aggregates_count_every_node_and_queued_job_once():
         jobs = sum(p.sched._live.above[2 * d + 1] + p.sched.member.load() for p in bottom)
         assert nodes == pytest.approx(N, rel=1e-9), (d, nodes)
         assert jobs == pytest.approx(queued, rel=1e-9), (d, jobs)
+
+
+def crash_an_entry(recovery: str) -> tuple[KimGrid, int, dict[int, tuple[float, ...]]]:
+    """Twenty long jobs submitted through one peer, which crashes 3 s later while
+    most of them wait in queues; the run goes on for 60 s."""
+    grid = KimGrid(matchmaking="can", owner_recovery=recovery)
+    entry, rng = 5, random.Random(11)
+    points = {k + 1: (cpu, mem, rng.random()) for k, (cpu, mem) in enumerate(REQUIREMENTS)}
+    for job, point in points.items():
+        grid.sim.submit(entry, JobInfo(job, 1, 15.0, grid.sim.now, point))
+    grid.sim.run_until(grid.sim.now + 3.0)
+    grid.sim.crash(entry)
+    grid.sim.run_until(grid.sim.now + 60.0)
+    return grid, entry, points
+
+
+def test_an_owner_that_crashes_is_replaced_by_routing_to_the_jobs_point():
+    # Seed 000 §2.1: the run node finds the job's new owner by re-routing to its
+    # coordinates. Every job whose attempt was not on the crashed peer itself is
+    # adopted by the owner of its point, completes once and is reported once, by
+    # that owner; none is dropped.
+    grid, entry, points = crash_an_entry("reroute")
+    kinds = lambda kind: [e for e in grid.log if e["kind"] == kind]  # noqa: E731
+    adopted = {e["job"]: e for e in kinds("job_adopted")}
+    done = [e["job"] for e in kinds("job_finished") if e["ok"]]
+    ended = {e["job"]: e for e in kinds("job_ended")}
+    assert len(adopted) >= len(REQUIREMENTS) // 2, adopted
+    assert len(done) == len(set(done)), done  # nothing ran twice
+    for job, adoption in adopted.items():
+        assert adoption["host"] == grid.owner(points[job]) != entry
+        assert job in done and ended[job]["ok"] and ended[job]["host"] == adoption["host"]
+    assert not [e for e in kinds("job_finished") if not e["ok"]]  # no attempt dropped
+    assert all(e["host"] in {a["host"] for a in adopted.values()} for e in ended.values())
+
+
+def test_without_rerouting_the_waiting_attempts_of_a_crashed_owner_are_dropped():
+    # The "client" recovery: the client submits such jobs again (testbed/experiments).
+    grid, _, _ = crash_an_entry("client")
+    assert not [e for e in grid.log if e["kind"] in ("job_adopted", "job_ended")]
+    dropped = [e for e in grid.log if e["kind"] == "job_finished" and not e["ok"]]
+    assert dropped and all(e["reason"] == "its entry went silent" for e in dropped)
+
+
+def test_an_unknown_owner_recovery_is_refused_naming_the_field():
+    with pytest.raises(FieldError, match="owner_recovery.*'owner'.*expected one of"):
+        SchedConfig(owner_recovery="owner")  # type: ignore[arg-type]
