@@ -215,10 +215,37 @@ class ChurnSpec(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """`testbed campaign`: the spec run under each script, with each seed."""
+    """`testbed campaign`: the spec run under each script, with each seed, and in
+    each variant (none: the spec as it is)."""
 
     scripts: list[str] = msgspec.field(default_factory=list)  # .churn files
     seeds: list[int] = msgspec.field(default_factory=lambda: [1])
+    # Named sets of overrides, as --set takes them (dotted key = TOML value), e.g.
+    # [campaign.variants.CAN-P1] "jobs.matchmaking" = "can-p", "jobs.stopping_factor" = 1.0
+    variants: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+
+
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
+_NOT_VARIED = ("name", "seed", "engine", "kind", "campaign")
+
+
+def _check_campaign(campaign: CampaignSpec, fail: Callable[[str, str], None]) -> None:
+    if not campaign.scripts:
+        fail("campaign.scripts", "list at least one .churn script")
+    if not campaign.seeds or len(set(campaign.seeds)) != len(campaign.seeds):
+        fail("campaign.seeds", f"need distinct seeds, got {campaign.seeds}")
+    for name, sets in campaign.variants.items():
+        where = f"campaign.variants.{name}"
+        if not _VARIANT_NAME.fullmatch(name):
+            fail(where, "a variant's name names run folders: letters, digits, '.', '_', '+', '-'")
+        if not sets:
+            fail(where, "no overrides: a variant sets at least one field")
+        for key in sets:
+            if key.split(".")[0] in _NOT_VARIED or not all(key.split(".")):
+                fail(
+                    f"{where}.{key}",
+                    f"a dotted field of the spec other than {', '.join(_NOT_VARIED)}",
+                )
 
 
 # [clusters] in an overlay run (docs/clusters.md): every peer runs the cluster agent (seed 002
@@ -408,10 +435,7 @@ def _check(spec: ExperimentSpec, source: str) -> None:
         campaign = spec.campaign
         if spec.phases:
             fail("campaign", "a campaign runs churn scripts; remove the phases")
-        if not campaign.scripts:
-            fail("campaign.scripts", "list at least one .churn script")
-        if not campaign.seeds or len(set(campaign.seeds)) != len(campaign.seeds):
-            fail("campaign.seeds", f"need distinct seeds, got {campaign.seeds}")
+        _check_campaign(campaign, fail)
         if spec.churn is not None and spec.churn.trace is not None:
             fail("churn.trace", "a campaign runs its scripts; remove the trace")
     names = [d.name for d in spec.node.dimensions]
@@ -491,11 +515,7 @@ def _check_program(spec: ProgramSpec, source: str) -> None:
     if not spec.leave.strip():
         fail("leave", "a signal name (SIGTERM) or a command")
     if spec.campaign is not None:
-        if not spec.campaign.scripts:
-            fail("campaign.scripts", "list at least one .churn script")
-        seeds = spec.campaign.seeds
-        if not seeds or len(set(seeds)) != len(seeds):
-            fail("campaign.seeds", f"need distinct seeds, got {seeds}")
+        _check_campaign(spec.campaign, fail)
         if churn.trace is not None:
             fail("churn.trace", "a campaign runs its scripts; remove the trace")
 

@@ -68,7 +68,8 @@ def campaign(
 
         def on_run(k: int, total: int, script: str, seed: int, row: dict | None) -> None:
             if row is None:
-                status.update(f"campaign {spec.name}: run {k + 1}/{total}, {script} seed {seed}")
+                what = script.replace("|", ", variant ")
+                status.update(f"campaign {spec.name}: run {k + 1}/{total}, {what}, seed {seed}")
                 return
             err_console.print(
                 f"  {row['run']}: {row['status']}, {row['events_applied']} events, "
@@ -143,6 +144,16 @@ def campaign(
             f"{bad['by_kind']} peers {', '.join(peers[:8])}"
             f"; events since the last clean check: script lines {lines}"
         )
+    if result.get("wait_s"):
+        waits = Table(title="mean wait per variant (mean over runs)")
+        for col in ("variant", "wait s", "x CENTRAL", "runs"):
+            waits.add_column(col, justify="left" if col == "variant" else "right")
+        central = result["wait_s"].get("CENTRAL", {}).get("mean")
+        for variant, figures in result["wait_s"].items():
+            ratio = f"{figures['mean'] / central:.2f}" if central else "-"
+            runs = ", ".join(f"{v:g}" for v in figures["runs"])
+            waits.add_row(variant, f"{figures['mean']:g}", ratio, runs)
+        console.print(waits)
     print(folder)
 
 

@@ -13,6 +13,13 @@
 # `checks_unsettled` are those whose wait ran out, `settle_wait_s` what the
 # waits took, `leaves_abrupt` the leaves that gave up their MERGE. Violating
 # checks are listed with their peers and events.
+#
+# With [campaign.variants] every script and seed runs once per variant (the
+# spec with that variant's overrides, into <script>-<variant>-s<seed>/), and
+# when the runs schedule jobs campaign.json adds `wait_s.<variant>` (the mean
+# over seeds of each run's mean wait, and the seeds' values) and
+# `wait_s.CENTRAL` (testbed/models/kim_central.py on the same seeds' jobs and
+# nodes, which no variant changes): Kim's E2 and Table 4.1 (docs/workloads.md).
 
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from testbed.experiments.overlay import churn_schedule, run_experiment, select_t
 from testbed.experiments.program import program_schedule, run_program
 from testbed.pool import run_tasks
 from testbed.runs import new_run_dir, pack_folder, strip_none, unpack_folder, write_json
-from testbed.spec import ChurnSpec, ExperimentSpec, ProgramSpec
+from testbed.spec import ChurnSpec, ExperimentSpec, ProgramSpec, load_any_spec
 from testbed.topology import resolve_topology
 
 Spec = ExperimentSpec | ProgramSpec
@@ -40,7 +47,33 @@ Spec = ExperimentSpec | ProgramSpec
 __all__ = ["run_campaign"]
 
 
+def _variant(spec: Spec, name: str, sets: dict[str, Any]) -> Spec:
+    """The spec with a variant's overrides, checked as a spec of its own."""
+    assert spec.campaign is not None
+    plain = msgspec.structs.replace(spec.campaign, variants={})
+    data = strip_none(msgspec.to_builtins(msgspec.structs.replace(spec, campaign=plain)))
+    for key, value in sets.items():
+        node = data
+        *path, last = key.split(".")
+        for depth, part in enumerate(path):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                where = ".".join(path[: depth + 1])
+                raise InputError(
+                    f"campaign.variants.{name}.{key}: {where} is not a table", source="<spec>"
+                )
+        node[last] = value
+    try:
+        varied, _ = load_any_spec(None, defaults=data)
+    except InputError as exc:
+        raise InputError(f"campaign.variants.{name}: {exc.reason}", source=exc.source) from None
+    assert isinstance(varied, type(spec))
+    return varied
+
+
 def _run_specs(spec: Spec) -> list[tuple[str, int, Spec]]:
+    """(script, seed, spec) per run; with variants, the script is named
+    "<script>|<variant>" (_split_script) and the run's spec has the overrides."""
     assert spec.campaign is not None
     base = spec.churn or ChurnSpec()
     stems = [Path(script).stem for script in spec.campaign.scripts]
@@ -56,19 +89,33 @@ def _run_specs(spec: Spec) -> list[tuple[str, int, Spec]]:
                 "(letters, digits, '.', '_', '-'; a letter or digit first)",
                 source=script,
             )
+    variants = {name: _variant(spec, name, sets) for name, sets in spec.campaign.variants.items()}
     out = []
     for script in spec.campaign.scripts:
         stem = Path(script).stem
-        for seed in spec.campaign.seeds:
-            run = msgspec.structs.replace(
-                spec,
-                name=f"{stem}-s{seed}"[:64],
-                seed=seed,
-                churn=msgspec.structs.replace(base, script=script, trace=None),
-                campaign=None,
-            )
-            out.append((script, seed, run))
+        for variant, varied in variants.items() or [("", spec)]:
+            label = f"{script}|{variant}" if variant else script
+            for seed in spec.campaign.seeds:
+                run = msgspec.structs.replace(
+                    varied,
+                    name=_folder_name(label, seed)[:64],
+                    seed=seed,
+                    churn=msgspec.structs.replace(varied.churn or base, script=script, trace=None),
+                    campaign=None,
+                )
+                out.append((label, seed, run))
     return out
+
+
+def _split_script(label: str) -> tuple[str, str]:
+    """(script, variant) of a run's label ("" when the campaign has no variants)."""
+    script, _, variant = label.partition("|")
+    return script, variant
+
+
+def _folder_name(label: str, seed: int) -> str:
+    script, variant = _split_script(label)
+    return "-".join([Path(script).stem, *([variant] if variant else []), f"s{seed}"])
 
 
 OnRun = Callable[[int, int, str, int, dict[str, Any] | None], None]
@@ -128,7 +175,7 @@ class _Campaign:
         self.violating: list[dict[str, Any]] = []
         self.totals = {"crashes": 0, "unrepaired": 0}
         self.wall0 = time.monotonic()
-        self.order = {(script, seed): k for k, (script, seed, _) in enumerate(runs)}
+        self.order = {_folder_name(script, seed): k for k, (script, seed, _) in enumerate(runs)}
 
     def result(self, status: str) -> dict[str, Any]:
         rows = self.rows
@@ -152,17 +199,17 @@ class _Campaign:
             "wall_s": round(time.monotonic() - self.wall0, 1),
             "rows": rows,
             "violating_checks": self.violating[:50],
-        }
+        } | _waits(rows)
 
     def _run_dir(self, script: str, seed: int) -> Path:
-        return self.folder / f"{Path(script).stem}-s{seed}"
+        return self.folder / _folder_name(script, seed)
 
     def _finished(self, k: int, script: str, seed: int, run_dir: Path) -> None:
         row = _row(run_dir, script, seed, self.repair, self.lateness, self.violating, self.totals)
         self.waits.extend(row.pop("waits"))
         row["values"] = row.pop("repair_values")  # kept for the by-script figures, not shown
         self.rows.append(row)
-        self.rows.sort(key=lambda r: self.order[(r["script"], r["seed"])])
+        self.rows.sort(key=lambda r: self.order[r["run"]])
         write_json(self.folder / "campaign.json", self.result("running"))
         if self.on_run is not None:
             self.on_run(k, len(self.runs), script, seed, row)
@@ -196,6 +243,28 @@ class _Campaign:
         if self.rows:
             title = f"{self.spec.name} ({self.spec.engine})"
             write_plot(self.folder / "campaign.png", self.repair, self.lateness, title)
+
+
+def _waits(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kim's figures over a campaign's runs with jobs: per variant, the mean over
+    its runs of each run's mean wait; CENTRAL the same for the central model
+    (one value per seed: the variants share their seeds' jobs and nodes)."""
+    jobs = [r for r in rows if r.get("jobs", {}).get("wait_mean_s") is not None]
+    if not jobs:
+        return {}
+    out: dict[str, Any] = {}
+    for variant in dict.fromkeys(r["variant"] for r in jobs):
+        values = [r["jobs"]["wait_mean_s"] for r in jobs if r["variant"] == variant]
+        out[variant or "spec"] = {"mean": round(sum(values) / len(values), 3), "runs": values}
+    central = {
+        (r["script"], r["seed"]): r["jobs"]["central_wait_mean_s"]
+        for r in jobs
+        if r["jobs"].get("central_wait_mean_s") is not None
+    }
+    if central:
+        values = list(central.values())
+        out["CENTRAL"] = {"mean": round(sum(values) / len(values), 3), "runs": values}
+    return {"wait_s": out}
 
 
 def _run_one(run: Spec, data: dict[str, Any], run_dir: str, ray: str | None) -> bytes | None:
@@ -272,9 +341,12 @@ def _row(
         for check in checks
         if check["violations"]
     )
+    script, variant = _split_script(script)
+    jobs = summary.get("jobs")
     return {
         "run": run_dir.name,
         "script": script,
+        "variant": variant,
         "seed": seed,
         "status": summary["status"],
         "events_applied": churn.get("events_applied", 0),
@@ -295,4 +367,10 @@ def _row(
             else None
         ),
         "wall_s": summary["wall_s"],
-    }
+    } | ({"jobs": {k: jobs.get(k) for k in _JOB_FIGURES}} if jobs else {})
+
+
+_JOB_FIGURES = (
+    "submitted", "completed", "failed", "lost", "executed_twice", "misplaced",
+    "wait_mean_s", "central_wait_mean_s", "wait_vs_central", "central_busy_at_last",
+)  # fmt: skip

@@ -637,11 +637,12 @@ class JobsRun:
             speed=self._speed_index(),
             per_speed=self.spec.runtime_per_speed,
         )
-        placed = [w for w in central if w is not None]
+        placed = [w for w in central.waits if w is not None]
         mean = sum(placed) / len(placed) if placed else None
         jobs["central_wait_mean_s"] = None if mean is None else round(mean, 3)
         ours = jobs["wait_mean_s"]
         jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
+        jobs["central_busy_at_last"] = round(central.busy_at_last, 4)
         return {
             "jobs": jobs,
             "slowdown": slowdown,

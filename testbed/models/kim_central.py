@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["kim_central"]
+__all__ = ["Central", "kim_central"]
 
 Point = Sequence[float]
+
+
+class Central(NamedTuple):
+    waits: list[float | None]  # each job's, in the order given; None: no node can run it
+    # The share of the nodes busy when the last job arrives (Kim's Fig. 4.3 regime:
+    # his E2 picks the inter-arrival time so that this is high).
+    busy_at_last: float
 
 
 def kim_central(
@@ -28,9 +36,9 @@ def kim_central(
     *,
     speed: int = 0,
     per_speed: bool = True,
-) -> list[float | None]:
-    """Each job's wait (submission to start), in the order given; None: no node
-    can run it. `jobs`: (submit time, requirement, run time); `speed`: the index
+) -> Central:
+    """Each job's wait (submission to start) and the busy share at the last
+    arrival. `jobs`: (submit time, requirement, run time); `speed`: the index
     of the speed in a node's point; per_speed: the run time is at speed 1 (work x
     baseline) and a node divides it by its speed, else it is the same anywhere."""
     free_at = [0.0] * len(nodes)  # when each node's queue drains
@@ -58,4 +66,6 @@ def kim_central(
         free_at[chosen] = start + (work / nodes[chosen][speed] if per_speed else work)
         heapq.heappush(ends[chosen], free_at[chosen])
         waits[k] = start - t
-    return waits
+    last = max((t for t, _, _ in jobs), default=0.0)
+    busy = sum(1 for end in free_at if end > last) / len(nodes) if nodes else 0.0
+    return Central(waits, busy)

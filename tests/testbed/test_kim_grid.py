@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import tomllib
 
 import pytest
 
 from testbed.errors import InputError
+from testbed.experiments.campaign import run_campaign
 from testbed.experiments.overlay import run_experiment
 from testbed.models.kim_central import kim_central
 from testbed.spec import KimProfilesSpec, load_spec
@@ -76,6 +78,62 @@ def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_nod
     assert all("ran_on" in r for r in rows if r["outcome"] == "completed")
 
 
+SMALL_KIM = [
+    "topology.hosts=24",
+    "jobs.profiles.jobs=40",
+    "jobs.profiles.tau_s=1.0",
+    "jobs.profiles.work_s=[20.0, 40.0]",
+    "jobs.drain_s=300.0",
+]
+
+
+def test_a_campaign_runs_each_variant_on_the_same_jobs_and_reports_the_mean_waits(tmp_path):
+    # Kim's E2 and Table 4.1 as campaigns: variants of one spec, each seed's jobs
+    # and nodes shared by the variants (so CENTRAL is one figure per seed).
+    variants = (
+        'campaign.variants={CAN={"jobs.matchmaking"="can"}, '
+        '"CAN-P1"={"jobs.matchmaking"="can-p", "jobs.stopping_factor"=1.0}}'
+    )
+    overrides = [*SMALL_KIM, 'campaign.scripts=["traces/churn/kim.churn"]', variants]
+    spec, _ = load_spec("scripts/experiments/kim-sim.toml", [*overrides, "campaign.seeds=[1, 2]"])
+    folder, result = run_campaign(spec, out=tmp_path / "e2", jobs=2)
+    assert [r["run"] for r in result["rows"]] == [
+        "kim-CAN-s1", "kim-CAN-s2", "kim-CAN-P1-s1", "kim-CAN-P1-s2",
+    ]  # fmt: skip
+    for row in result["rows"]:
+        ran = tomllib.loads((folder / row["run"] / "spec.toml").read_text())
+        assert ran["jobs"]["matchmaking"] == ("can" if row["variant"] == "CAN" else "can-p")
+        assert row["jobs"]["lost"] == row["jobs"]["misplaced"] == 0
+    waits = result["wait_s"]
+    assert list(waits) == ["CAN", "CAN-P1", "CENTRAL"]
+    for variant in ("CAN", "CAN-P1"):
+        runs = [r["jobs"]["wait_mean_s"] for r in result["rows"] if r["variant"] == variant]
+        assert waits[variant]["runs"] == runs
+        assert waits[variant]["mean"] == pytest.approx(statistics.fmean(runs), abs=1e-3)
+    assert len(waits["CENTRAL"]["runs"]) == 2  # one per seed, whatever the variant
+    assert result["violations"] == 0
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ('{X={"jobs.matchmaking"="kim"}}', r"campaign.variants.X: .*matchmaking"),
+        ('{X={"seed"=3}}', r"campaign.variants.X.seed: a dotted field"),
+        ('{"a b"={"jobs.balance"="pull"}}', "a variant's name names run folders"),
+        ("{X={}}", "no overrides"),
+    ],
+)
+def test_a_bad_variant_is_refused_naming_it(variants, message):
+    overrides = ['campaign.scripts=["traces/churn/kim.churn"]', f"campaign.variants={variants}"]
+
+    def plan() -> None:  # a variant's own fields are checked when the campaign starts
+        spec, _ = load_spec("scripts/experiments/kim-sim.toml", overrides)
+        run_campaign(spec, out="/nonexistent/never-written")
+
+    with pytest.raises(InputError, match=message):
+        plan()
+
+
 def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
     nodes = [(100.0, 512.0, 40.0), (200.0, 4096.0, 40.0)]
     jobs = [
@@ -85,5 +143,7 @@ def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
         (1.0, (0.0, 1024.0, 0.0), 2000.0),  # only node 1 has the memory: after the last
         (1.0, (300.0, 0.0, 0.0), 2000.0),  # no node this fast
     ]
-    assert kim_central(nodes, jobs) == [0.0, 0.0, 9.0, 19.0, None]
-    assert kim_central(nodes, jobs, per_speed=False)[2] == 1999.0  # 2,000 s anywhere
+    assert kim_central(nodes, jobs).waits == [0.0, 0.0, 9.0, 19.0, None]
+    assert kim_central(nodes, jobs).busy_at_last == 1.0  # both nodes still run at t = 1
+    assert kim_central(nodes, jobs[:1]).busy_at_last == 0.5
+    assert kim_central(nodes, jobs, per_speed=False).waits[2] == 1999.0  # 2,000 s anywhere
