@@ -357,7 +357,13 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
     if jobs.get("central_wait_mean_s") is not None:
         console.print(
             f"Kim's CENTRAL on the same jobs and nodes (a cross-check, no redistribution): "
-            f"mean wait {jobs['central_wait_mean_s']:.3g} s; ours x{jobs['wait_vs_central']}"
+            f"mean wait {jobs['central_wait_mean_s']:.3g} s; ours x{jobs['wait_vs_central']}; "
+            f"{jobs['central_busy_at_last']:.0%} of the nodes busy at the last arrival"
+        )
+    if jobs.get("rnt_wait_mean_s") is not None:
+        console.print(
+            f"Kim's RNT on the same jobs and nodes (a Chord-ring baseline, k = 5): mean wait "
+            f"{jobs['rnt_wait_mean_s']:.3g} s, {jobs['rnt_messages_per_job']:g} nodes searched per job"
         )
     for reason, count in jobs["failure_reasons"].items():
         console.print(f"  failed x{count}: {reason}")

@@ -18,8 +18,9 @@
 # spec with that variant's overrides, into <script>-<variant>-s<seed>/), and
 # when the runs schedule jobs campaign.json adds `wait_s.<variant>` (the mean
 # over seeds of each run's mean wait, and the seeds' values) and
-# `wait_s.CENTRAL` (testbed/models/kim_central.py on the same seeds' jobs and
-# nodes, which no variant changes): Kim's E2 and Table 4.1 (docs/workloads.md).
+# `wait_s.RNT` and `wait_s.CENTRAL` (testbed/models/kim_rnt.py, kim_central.py
+# on the same seeds' jobs and nodes, which no variant changes): Kim's E2 and
+# Table 4.1 (docs/workloads.md).
 
 from __future__ import annotations
 
@@ -247,8 +248,8 @@ class _Campaign:
 
 def _waits(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Kim's figures over a campaign's runs with jobs: per variant, the mean over
-    its runs of each run's mean wait; CENTRAL the same for the central model
-    (one value per seed: the variants share their seeds' jobs and nodes)."""
+    its runs of each run's mean wait; RNT and CENTRAL the same for the baseline
+    models (one value per seed: the variants share their seeds' jobs and nodes)."""
     jobs = [r for r in rows if r.get("jobs", {}).get("wait_mean_s") is not None]
     if not jobs:
         return {}
@@ -256,14 +257,13 @@ def _waits(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for variant in dict.fromkeys(r["variant"] for r in jobs):
         values = [r["jobs"]["wait_mean_s"] for r in jobs if r["variant"] == variant]
         out[variant or "spec"] = {"mean": round(sum(values) / len(values), 3), "runs": values}
-    central = {
-        (r["script"], r["seed"]): r["jobs"]["central_wait_mean_s"]
-        for r in jobs
-        if r["jobs"].get("central_wait_mean_s") is not None
-    }
-    if central:
-        values = list(central.values())
-        out["CENTRAL"] = {"mean": round(sum(values) / len(values), 3), "runs": values}
+    for model, key in (("RNT", "rnt_wait_mean_s"), ("CENTRAL", "central_wait_mean_s")):
+        per_seed = {
+            (r["script"], r["seed"]): r["jobs"][key] for r in jobs if r["jobs"].get(key) is not None
+        }
+        if per_seed:
+            values = list(per_seed.values())
+            out[model] = {"mean": round(sum(values) / len(values), 3), "runs": values}
     return {"wait_s": out}
 
 
@@ -373,4 +373,5 @@ def _row(
 _JOB_FIGURES = (
     "submitted", "completed", "failed", "lost", "executed_twice", "misplaced",
     "wait_mean_s", "central_wait_mean_s", "wait_vs_central", "central_busy_at_last",
+    "rnt_wait_mean_s", "rnt_messages_per_job",
 )  # fmt: skip

@@ -61,6 +61,7 @@ from testbed.analysis.stats import quantiles
 from testbed.errors import InputError
 from testbed.models.central import central_fcfs
 from testbed.models.kim_central import kim_central
+from testbed.models.kim_rnt import kim_rnt
 from testbed.spec import config_fields
 from testbed.workload import (
     RESOURCES,
@@ -439,6 +440,7 @@ class JobsRun:
     def __init__(self, spec: Any, topology: Any, names: Sequence[str], run_dir: Any) -> None:
         jobs = spec.jobs
         self.spec = jobs
+        self.seed = spec.seed
         self.profiles = jobs.profiles  # Kim's synthetic grid instead of a trace
         rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
         self.latency = np.maximum(rtt, rtt.T)
@@ -643,6 +645,20 @@ class JobsRun:
         ours = jobs["wait_mean_s"]
         jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
         jobs["central_busy_at_last"] = round(central.busy_at_last, 4)
+        # Kim's RNT over a Chord ring on the same jobs and nodes: the P2P baseline.
+        rnt = kim_rnt(
+            [self.base[h] for h in hosts],
+            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
+            speed=self._speed_index(),
+            per_speed=self.spec.runtime_per_speed,
+            seed=self.seed,
+        )
+        placed_rnt = [w for w in rnt.waits if w is not None]
+        jobs["rnt_wait_mean_s"] = (
+            round(sum(placed_rnt) / len(placed_rnt), 3) if placed_rnt else None
+        )
+        searched = [m for m, w in zip(rnt.messages, rnt.waits, strict=True) if w is not None]
+        jobs["rnt_messages_per_job"] = round(sum(searched) / len(searched), 2) if searched else None
         return {
             "jobs": jobs,
             "slowdown": slowdown,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import random
 import statistics
 import tomllib
 
@@ -15,6 +17,7 @@ from testbed.errors import InputError
 from testbed.experiments.campaign import run_campaign
 from testbed.experiments.overlay import run_experiment
 from testbed.models.kim_central import kim_central
+from testbed.models.kim_rnt import kim_rnt
 from testbed.spec import KimProfilesSpec, load_spec
 from testbed.workload import RESOURCES, kim_jobs, kim_nodes
 
@@ -73,6 +76,8 @@ def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_nod
     assert jobs["failed"] == jobs["infeasible"] and jobs["completed"] == 60 - jobs["infeasible"]
     assert jobs["executed_twice"] == 0 and jobs["duplicates"] == 0
     assert jobs["central_wait_mean_s"] is not None and jobs["wait_vs_central"] is not None
+    assert 0 <= jobs["central_busy_at_last"] <= 1
+    assert jobs["rnt_wait_mean_s"] is not None and jobs["rnt_messages_per_job"] >= 1
     assert summary["invariants"]["violations"] == 0
     rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
     assert all("ran_on" in r for r in rows if r["outcome"] == "completed")
@@ -105,7 +110,8 @@ def test_a_campaign_runs_each_variant_on_the_same_jobs_and_reports_the_mean_wait
         assert ran["jobs"]["matchmaking"] == ("can" if row["variant"] == "CAN" else "can-p")
         assert row["jobs"]["lost"] == row["jobs"]["misplaced"] == 0
     waits = result["wait_s"]
-    assert list(waits) == ["CAN", "CAN-P1", "CENTRAL"]
+    assert list(waits) == ["CAN", "CAN-P1", "RNT", "CENTRAL"]
+    assert len(waits["RNT"]["runs"]) == 2
     for variant in ("CAN", "CAN-P1"):
         runs = [r["jobs"]["wait_mean_s"] for r in result["rows"] if r["variant"] == variant]
         assert waits[variant]["runs"] == runs
@@ -147,3 +153,44 @@ def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
     assert kim_central(nodes, jobs).busy_at_last == 1.0  # both nodes still run at t = 1
     assert kim_central(nodes, jobs[:1]).busy_at_last == 0.5
     assert kim_central(nodes, jobs, per_speed=False).waits[2] == 1999.0  # 2,000 s anywhere
+
+
+def test_rnt_builds_one_tree_of_logarithmic_height_by_kims_parent_rule():
+    from testbed.models.kim_rnt import _tree
+
+    for n in (1, 2, 50, 2000):
+        parent = _tree(n, random.Random(n))
+        assert parent.count(-1) == 1
+        for c in range(n):  # every node reaches the root without a cycle
+            seen = set()
+            while parent[c] >= 0:
+                assert c not in seen
+                seen.add(c)
+                c = parent[c]
+    nodes = [(100.0, 512.0, 40.0)] * 2000
+    assert kim_rnt(nodes, [], seed=3).height <= 4 * math.log2(2000)
+
+
+def test_rnt_finds_every_capable_node_when_fewer_than_k_exist_and_only_capable_ones():
+    rng = random.Random(5)
+    nodes = [(rng.choice([100.0, 200.0]), 512.0, 40.0) for _ in range(300)]
+    nodes[17] = nodes[230] = (350.0, 8192.0, 640.0)  # the only two that can run a big job
+    jobs = [(float(t), (350.0, 4096.0, 0.0), 3500.0) for t in range(4)]
+    jobs.append((5.0, (400.0, 0.0, 0.0), 10.0))  # nobody is this fast
+    result = kim_rnt(nodes, jobs, seed=1)
+    # Two capable nodes, 10 s per job: 0, 0, then each queued behind one (9 s and 9 s).
+    assert result.waits == [0.0, 0.0, 8.0, 8.0, None]
+    # The search is pruned by the subtree maxima: far fewer visits than nodes.
+    assert 0 < max(result.messages) < 300 and result.messages[4] == 0
+    assert kim_rnt(nodes, jobs, seed=1) == result  # seeded
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        kim_rnt(nodes, jobs, k=0)
+
+
+def test_rnt_stops_at_k_capable_nodes_and_takes_the_fastest_free_one():
+    nodes = [(100.0 + 10 * (i % 25), 512.0, 40.0) for i in range(500)]
+    jobs = [(0.0, (0.0, 0.0, 0.0), 1000.0)]
+    result = kim_rnt(nodes, jobs, k=5, seed=2)
+    assert result.messages[0] == 5  # every node is capable: the first five visited
+    lone = kim_rnt(nodes, jobs, k=1, seed=2)
+    assert lone.messages[0] == 1 and lone.waits == [0.0]
