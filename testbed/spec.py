@@ -97,6 +97,8 @@ class KimProfilesSpec(msgspec.Struct, forbid_unknown_fields=True):
     jobs: int = 1000
     tau_s: float = 17.5  # mean gap between two submissions (Poisson)
     work_s: tuple[float, float] = (1200.0, 3600.0)  # uniform, on a node as fast as asked
+    # "normal": the same mean, sigma a third of work_s's range (Kim's E3: 60 +- 20 min)
+    work_dist: Literal["uniform", "normal"] = "uniform"
 
 
 def _embedding(
@@ -222,11 +224,19 @@ class CampaignSpec(msgspec.Struct, forbid_unknown_fields=True):
     seeds: list[int] = msgspec.field(default_factory=lambda: [1])
     # Named sets of overrides, as --set takes them (dotted key = TOML value), e.g.
     # [campaign.variants.CAN-P1] "jobs.matchmaking" = "can-p", "jobs.stopping_factor" = 1.0
+    # A name with slashes puts its variant in a case ("uniform/light/PULL": case
+    # "uniform/light"); the baseline models are reported per case.
     variants: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    # Which of Kim's CENTRAL models `wait_s[...CENTRAL]` is: "naive" (E2) or
+    # "redistributing" (his load-balancing experiments, Table 4.1); both are reported
+    # as CENTRAL-NAIVE and CENTRAL-REDIST as well.
+    central: Literal["naive", "redistributing"] = "naive"
 
 
-_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
+_VARIANT_PART = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}"
+_VARIANT_NAME = re.compile(rf"{_VARIANT_PART}(/{_VARIANT_PART}){{0,3}}")
 _NOT_VARIED = ("name", "seed", "engine", "kind", "campaign")
+_MODELS = ("RNT", "CENTRAL", "CENTRAL-NAIVE", "CENTRAL-REDIST")
 
 
 def _check_campaign(campaign: CampaignSpec, fail: Callable[[str, str], None]) -> None:
@@ -237,7 +247,13 @@ def _check_campaign(campaign: CampaignSpec, fail: Callable[[str, str], None]) ->
     for name, sets in campaign.variants.items():
         where = f"campaign.variants.{name}"
         if not _VARIANT_NAME.fullmatch(name):
-            fail(where, "a variant's name names run folders: letters, digits, '.', '_', '+', '-'")
+            fail(
+                where,
+                "a variant's name names run folders: letters, digits, '.', '_', '+', '-', "
+                "and up to three '/' between cases",
+            )
+        if name.split("/")[-1] in _MODELS:
+            fail(where, f"{name.split('/')[-1]} names a baseline model's figures")
         if not sets:
             fail(where, "no overrides: a variant sets at least one field")
         for key in sets:

@@ -148,9 +148,10 @@ def campaign(
         waits = Table(title="mean wait per variant (mean over runs)")
         for col in ("variant", "wait s", "x CENTRAL", "runs"):
             waits.add_column(col, justify="left" if col == "variant" else "right")
-        central = result["wait_s"].get("CENTRAL", {}).get("mean")
         for variant, figures in result["wait_s"].items():
-            ratio = f"{figures['mean'] / central:.2f}" if central else "-"
+            case = variant.rpartition("/")[0]
+            central = result["wait_s"].get(f"{case}/CENTRAL" if case else "CENTRAL", {})
+            ratio = f"{figures['mean'] / central['mean']:.2f}" if central.get("mean") else "-"
             runs = ", ".join(f"{v:g}" for v in figures["runs"])
             waits.add_row(variant, f"{figures['mean']:g}", ratio, runs)
         console.print(waits)
@@ -359,6 +360,11 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
             f"Kim's CENTRAL on the same jobs and nodes (a cross-check, no redistribution): "
             f"mean wait {jobs['central_wait_mean_s']:.3g} s; ours x{jobs['wait_vs_central']}; "
             f"{jobs['central_busy_at_last']:.0%} of the nodes busy at the last arrival"
+        )
+    if jobs.get("central_redistributing_wait_mean_s") is not None:
+        console.print(
+            f"  with its queues redistributed every balance_s: mean wait "
+            f"{jobs['central_redistributing_wait_mean_s']:.3g} s"
         )
     if jobs.get("rnt_wait_mean_s") is not None:
         console.print(

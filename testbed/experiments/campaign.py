@@ -18,9 +18,11 @@
 # spec with that variant's overrides, into <script>-<variant>-s<seed>/), and
 # when the runs schedule jobs campaign.json adds `wait_s.<variant>` (the mean
 # over seeds of each run's mean wait, and the seeds' values) and
-# `wait_s.RNT` and `wait_s.CENTRAL` (testbed/models/kim_rnt.py, kim_central.py
-# on the same seeds' jobs and nodes, which no variant changes): Kim's E2 and
-# Table 4.1 (docs/workloads.md).
+# `wait_s.RNT`, `wait_s.CENTRAL` and `wait_s.CENTRAL-REDIST` (the models of
+# testbed/models/kim_rnt.py and kim_central.py, without and with periodic
+# redistribution, on the same seeds' jobs and nodes, which no variant changes
+# unless it changes the jobs or balance_s): Kim's E2 and Table 4.1
+# (docs/workloads.md).
 
 from __future__ import annotations
 
@@ -116,7 +118,8 @@ def _split_script(label: str) -> tuple[str, str]:
 
 def _folder_name(label: str, seed: int) -> str:
     script, variant = _split_script(label)
-    return "-".join([Path(script).stem, *([variant] if variant else []), f"s{seed}"])
+    cases = variant.replace("/", "_")
+    return "-".join([Path(script).stem, *([cases] if cases else []), f"s{seed}"])
 
 
 OnRun = Callable[[int, int, str, int, dict[str, Any] | None], None]
@@ -200,7 +203,7 @@ class _Campaign:
             "wall_s": round(time.monotonic() - self.wall0, 1),
             "rows": rows,
             "violating_checks": self.violating[:50],
-        } | _waits(rows)
+        } | _waits(rows, self.spec.campaign.central if self.spec.campaign else "naive")
 
     def _run_dir(self, script: str, seed: int) -> Path:
         return self.folder / _folder_name(script, seed)
@@ -246,24 +249,44 @@ class _Campaign:
             write_plot(self.folder / "campaign.png", self.repair, self.lateness, title)
 
 
-def _waits(rows: list[dict[str, Any]]) -> dict[str, Any]:
+_MODELS = {
+    "RNT": "rnt_wait_mean_s",
+    "CENTRAL-NAIVE": "central_wait_mean_s",
+    "CENTRAL-REDIST": "central_redistributing_wait_mean_s",
+}
+
+
+def _waits(rows: list[dict[str, Any]], central: str) -> dict[str, Any]:
     """Kim's figures over a campaign's runs with jobs: per variant, the mean over
-    its runs of each run's mean wait; RNT and CENTRAL the same for the baseline
-    models (one value per seed: the variants share their seeds' jobs and nodes)."""
+    its runs of each run's mean wait; per case (a variant's name up to its last
+    '/'), the same for the baseline models, one value per script and seed (the
+    variants of a case share their jobs and nodes); CENTRAL is `central`'s model."""
     jobs = [r for r in rows if r.get("jobs", {}).get("wait_mean_s") is not None]
     if not jobs:
         return {}
+
+    def mean(values: list[float]) -> dict[str, Any]:
+        return {"mean": round(sum(values) / len(values), 3), "runs": values}
+
     out: dict[str, Any] = {}
     for variant in dict.fromkeys(r["variant"] for r in jobs):
-        values = [r["jobs"]["wait_mean_s"] for r in jobs if r["variant"] == variant]
-        out[variant or "spec"] = {"mean": round(sum(values) / len(values), 3), "runs": values}
-    for model, key in (("RNT", "rnt_wait_mean_s"), ("CENTRAL", "central_wait_mean_s")):
-        per_seed = {
-            (r["script"], r["seed"]): r["jobs"][key] for r in jobs if r["jobs"].get(key) is not None
-        }
-        if per_seed:
-            values = list(per_seed.values())
-            out[model] = {"mean": round(sum(values) / len(values), 3), "runs": values}
+        out[variant or "spec"] = mean(
+            [r["jobs"]["wait_mean_s"] for r in jobs if r["variant"] == variant]
+        )
+    chosen = "CENTRAL-REDIST" if central == "redistributing" else "CENTRAL-NAIVE"
+    for case in dict.fromkeys(r["variant"].rpartition("/")[0] for r in jobs):
+        prefix = f"{case}/" if case else ""
+        mine = [r for r in jobs if r["variant"].rpartition("/")[0] == case]
+        for model, key in _MODELS.items():
+            per_seed = {
+                (r["script"], r["seed"]): r["jobs"][key]
+                for r in mine
+                if r["jobs"].get(key) is not None
+            }
+            if per_seed:
+                out[prefix + model] = mean(list(per_seed.values()))
+        if prefix + chosen in out:
+            out[prefix + "CENTRAL"] = out[prefix + chosen]
     return {"wait_s": out}
 
 
@@ -373,5 +396,5 @@ def _row(
 _JOB_FIGURES = (
     "submitted", "completed", "failed", "lost", "executed_twice", "misplaced",
     "wait_mean_s", "central_wait_mean_s", "wait_vs_central", "central_busy_at_last",
-    "rnt_wait_mean_s", "rnt_messages_per_job",
+    "rnt_wait_mean_s", "rnt_messages_per_job", "central_redistributing_wait_mean_s",
 )  # fmt: skip

@@ -645,6 +645,18 @@ class JobsRun:
         ours = jobs["wait_mean_s"]
         jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
         jobs["central_busy_at_last"] = round(central.busy_at_last, 4)
+        # The same with Kim's periodic redistribution, every balance_s (seed 000 §4.2.2).
+        redistributed = kim_central(
+            [self.base[h] for h in hosts],
+            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
+            speed=self._speed_index(),
+            per_speed=self.spec.runtime_per_speed,
+            redistribute_s=self.spec.balance_s,
+        )
+        placed_r = [w for w in redistributed.waits if w is not None]
+        jobs["central_redistributing_wait_mean_s"] = (
+            round(sum(placed_r) / len(placed_r), 3) if placed_r else None
+        )
         # Kim's RNT over a Chord ring on the same jobs and nodes: the P2P baseline.
         rnt = kim_rnt(
             [self.base[h] for h in hosts],

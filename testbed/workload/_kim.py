@@ -14,7 +14,8 @@
 #   light constraints, 2.4 for heavy); a constrained resource asks for a rung drawn
 #   from the nodes' own distribution (so that capable nodes exist), an unconstrained
 #   one asks 0 (seed 000 §1.3). Jobs arrive as a Poisson process of mean gap tau_s;
-#   a job's work is uniform in work_s = [lo, hi] seconds on a node exactly as fast as
+#   a job's work is uniform in work_s = [lo, hi] seconds (or normal, work_dist: the
+#   same mean, sigma a third of the range, as Kim's E3) on a node exactly as fast as
 #   it asks (the slowest CPU when it asks none): seed 000 §1.2, runtime = W / relative
 #   speed.
 #
@@ -99,5 +100,16 @@ def kim_jobs(profiles: Any, seed: int) -> list[KimJob]:
             requirement = _requirement(rng, constrained)
         else:
             requirement = classes[rng.randrange(len(classes))]
-        out.append(KimJob(k + 1, t, rng.uniform(lo, hi), requirement))
+        out.append(KimJob(k + 1, t, _work(rng, profiles.work_dist, lo, hi), requirement))
     return out
+
+
+def _work(rng: random.Random, dist: str, lo: float, hi: float) -> float:
+    """A job's work: uniform in [lo, hi], or normal with the same mean and a third of
+    the range as its deviation (Kim's E3: uniform 30-90 min, or mean 60 and sigma 20),
+    drawn again while not positive."""
+    if dist == "uniform":
+        return rng.uniform(lo, hi)
+    while (work := rng.gauss((lo + hi) / 2, (hi - lo) / 3)) <= 0:
+        pass
+    return work

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from testbed.errors import InputError
-from testbed.experiments.campaign import run_campaign
+from testbed.experiments.campaign import _waits, run_campaign
 from testbed.experiments.overlay import run_experiment
 from testbed.models.kim_central import kim_central
 from testbed.models.kim_rnt import kim_rnt
@@ -110,8 +110,8 @@ def test_a_campaign_runs_each_variant_on_the_same_jobs_and_reports_the_mean_wait
         assert ran["jobs"]["matchmaking"] == ("can" if row["variant"] == "CAN" else "can-p")
         assert row["jobs"]["lost"] == row["jobs"]["misplaced"] == 0
     waits = result["wait_s"]
-    assert list(waits) == ["CAN", "CAN-P1", "RNT", "CENTRAL"]
-    assert len(waits["RNT"]["runs"]) == 2
+    assert list(waits) == ["CAN", "CAN-P1", "RNT", "CENTRAL-NAIVE", "CENTRAL-REDIST", "CENTRAL"]
+    assert len(waits["RNT"]["runs"]) == 2 and waits["CENTRAL"] == waits["CENTRAL-NAIVE"]
     for variant in ("CAN", "CAN-P1"):
         runs = [r["jobs"]["wait_mean_s"] for r in result["rows"] if r["variant"] == variant]
         assert waits[variant]["runs"] == runs
@@ -120,12 +120,35 @@ def test_a_campaign_runs_each_variant_on_the_same_jobs_and_reports_the_mean_wait
     assert result["violations"] == 0
 
 
+def test_a_campaigns_baselines_are_reported_per_case_of_its_variants():
+    # Table 4.1's shape: variants "<runtime>/<load>/<scheme>"; each case has its own
+    # jobs, so its own models, and CENTRAL is the redistributing one when asked.
+    def row(variant, seed, wait, central, redist):
+        figures = {"wait_mean_s": wait, "central_wait_mean_s": central, "rnt_wait_mean_s": 9.0,
+                   "central_redistributing_wait_mean_s": redist}  # fmt: skip
+        return {"variant": variant, "script": "k.churn", "seed": seed, "jobs": figures}
+
+    rows = [
+        row("uniform/light/PULL", 1, 30.0, 20.0, 10.0),
+        row("uniform/light/PUSH", 1, 50.0, 20.0, 10.0),
+        row("normal/heavy/PULL", 1, 700.0, 600.0, 500.0),
+        row("normal/heavy/PULL", 2, 900.0, 800.0, 700.0),
+    ]
+    waits = _waits(rows, "redistributing")["wait_s"]
+    assert waits["uniform/light/PULL"]["mean"] == 30.0
+    assert waits["uniform/light/CENTRAL"] == {"mean": 10.0, "runs": [10.0]}
+    assert waits["normal/heavy/CENTRAL"] == {"mean": 600.0, "runs": [500.0, 700.0]}
+    assert waits["normal/heavy/CENTRAL-NAIVE"]["mean"] == 700.0
+    assert "CENTRAL" not in waits and _waits(rows[:0], "naive") == {}
+
+
 @pytest.mark.parametrize(
     ("variants", "message"),
     [
         ('{X={"jobs.matchmaking"="kim"}}', r"campaign.variants.X: .*matchmaking"),
         ('{X={"seed"=3}}', r"campaign.variants.X.seed: a dotted field"),
         ('{"a b"={"jobs.balance"="pull"}}', "a variant's name names run folders"),
+        ('{"x/RNT"={"jobs.balance"="pull"}}', "RNT names a baseline model"),
         ("{X={}}", "no overrides"),
     ],
 )
@@ -153,6 +176,29 @@ def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
     assert kim_central(nodes, jobs).busy_at_last == 1.0  # both nodes still run at t = 1
     assert kim_central(nodes, jobs[:1]).busy_at_last == 0.5
     assert kim_central(nodes, jobs, per_speed=False).waits[2] == 1999.0  # 2,000 s anywhere
+
+
+def test_kims_central_with_redistribution_moves_a_waiting_job_to_a_node_that_fell_idle():
+    nodes = [(100.0, 512.0, 40.0), (100.0, 512.0, 40.0)]
+    jobs = [
+        (0.0, (0.0, 0.0, 0.0), 10_000.0),  # node 0, 100 s
+        (0.0, (0.0, 0.0, 0.0), 1000.0),  # node 1, 10 s
+        (1.0, (0.0, 0.0, 0.0), 1000.0),  # one each: the lower index, behind the long one
+        (2.0, (0.0, 0.0, 0.0), 1000.0),  # node 1 has less: it runs at 10 s, until 20 s
+    ]
+    assert kim_central(nodes, jobs).waits == [0.0, 0.0, 99.0, 8.0]
+    # Every 20 s the waiting jobs are placed again: at 20 s node 1 is idle.
+    assert kim_central(nodes, jobs, redistribute_s=20.0).waits == [0.0, 0.0, 19.0, 8.0]
+    with pytest.raises(ValueError, match="redistribute_s must be positive"):
+        kim_central(nodes, jobs, redistribute_s=0.0)
+
+
+def test_normal_work_has_kims_mean_and_deviation():
+    spec = KimProfilesSpec(jobs=8000, tau_s=1.0, work_s=(120.0, 360.0), work_dist="normal")
+    work = [job.work_s for job in kim_jobs(spec, seed=2)]
+    assert statistics.fmean(work) == pytest.approx(240.0, rel=0.02)
+    assert statistics.stdev(work) == pytest.approx(80.0, rel=0.04)
+    assert min(work) > 0
 
 
 def test_rnt_builds_one_tree_of_logarithmic_height_by_kims_parent_rule():
