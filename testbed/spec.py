@@ -96,6 +96,9 @@ class KimProfilesSpec(msgspec.Struct, forbid_unknown_fields=True):
     constraints: Literal["light", "heavy"] | float = "light"  # resources constrained, of 3
     jobs: int = 1000
     tau_s: float = 17.5  # mean gap between two submissions (Poisson)
+    # Instead of tau_s: tau_s = this / the run's hosts (the same load per node at any
+    # size: Kim's E3 light load, tau 4 s at 1,000 nodes, is 4,000 s per host)
+    tau_per_host_s: float | None = None
     work_s: tuple[float, float] = (1200.0, 3600.0)  # uniform, on a node as fast as asked
     # "normal": the same mean, sigma a third of work_s's range (Kim's E3: 60 +- 20 min)
     work_dist: Literal["uniform", "normal"] = "uniform"
@@ -397,6 +400,9 @@ def _check_profiles(k: KimProfilesSpec, fail: Callable[[str, str], None]) -> Non
         )
     if not (math.isfinite(k.tau_s) and k.tau_s > 0):
         fail(f"{where}.tau_s", f"must be a positive number of seconds, not {k.tau_s}")
+    per_host = k.tau_per_host_s
+    if per_host is not None and not (math.isfinite(per_host) and per_host > 0):
+        fail(f"{where}.tau_per_host_s", f"must be a positive number of seconds, not {per_host}")
     lo, hi = k.work_s
     if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
         fail(f"{where}.work_s", f"expected [lo, hi] seconds with 0 < lo <= hi, not {[lo, hi]}")

@@ -155,6 +155,13 @@ def campaign(
             runs = ", ".join(f"{v:g}" for v in figures["runs"])
             waits.add_row(variant, f"{figures['mean']:g}", ratio, runs)
         console.print(waits)
+    if result.get("dlb"):
+        dlb = result["dlb"]
+        console.print(
+            f"DLB over {dlb['runs']} PULL/PUSH runs: {dlb['messages']} messages, "
+            f"{(dlb['share_of_messages'] or 0):.2%} of all datagrams, at most "
+            f"{dlb['max_per_node_minute']} handled by one node in a minute"
+        )
     print(folder)
 
 
@@ -365,6 +372,13 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
         console.print(
             f"  with its queues redistributed every balance_s: mean wait "
             f"{jobs['central_redistributing_wait_mean_s']:.3g} s"
+        )
+    dlb = summary.get("dlb")
+    if dlb and dlb["balance"] in ("pull", "push"):
+        console.print(
+            f"DLB ({dlb['balance']}): {dlb['messages']} messages, "
+            f"{(dlb['share_of_messages'] or 0):.2%} of all datagrams, at most "
+            f"{dlb['max_per_node_minute']} handled by one node in a minute"
         )
     if jobs.get("rnt_wait_mean_s") is not None:
         console.print(

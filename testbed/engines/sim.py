@@ -172,6 +172,10 @@ class SimEngine:
             self._gone_stats.append(self.sim.peers[host].stats())
             self.sim.stop(host)  # a peer that left has exited
 
+    def peer_counters(self) -> dict[int, dict[str, int]]:
+        """Every running peer's datagram counters (Peer.stats()), by host."""
+        return {host: peer.stats() for host, peer in self.sim.peers.items()}
+
     def members(self) -> list[int]:
         return sorted(h for h, p in self.sim.peers.items() if p.member)
 

@@ -183,27 +183,33 @@ class _Campaign:
 
     def result(self, status: str) -> dict[str, Any]:
         rows = self.rows
-        return {
-            "name": self.spec.name,
-            "engine": self.spec.engine,
-            "status": status,
-            "runs": len(rows),
-            "runs_planned": len(self.runs),
-            "events_applied": sum(r["events_applied"] for r in rows),
-            "violations": sum(r["violations"] for r in rows),
-            "checks_unsettled": sum(r["checks_unsettled"] for r in rows),
-            "leaves_abrupt": sum(r["leaves_abrupt"] for r in rows),
-            "settle_wait_s": quantiles(self.waits),
-            "repair_s": {**quantiles(self.repair), **self.totals},
-            "repair_s_by_script": {
-                script: quantiles([v for r in rows if r["script"] == script for v in r["values"]])
-                for script in dict.fromkeys(r["script"] for r in rows)
-            },
-            "lateness_ms": quantiles(self.lateness),
-            "wall_s": round(time.monotonic() - self.wall0, 1),
-            "rows": rows,
-            "violating_checks": self.violating[:50],
-        } | _waits(rows, self.spec.campaign.central if self.spec.campaign else "naive")
+        return (
+            {
+                "name": self.spec.name,
+                "engine": self.spec.engine,
+                "status": status,
+                "runs": len(rows),
+                "runs_planned": len(self.runs),
+                "events_applied": sum(r["events_applied"] for r in rows),
+                "violations": sum(r["violations"] for r in rows),
+                "checks_unsettled": sum(r["checks_unsettled"] for r in rows),
+                "leaves_abrupt": sum(r["leaves_abrupt"] for r in rows),
+                "settle_wait_s": quantiles(self.waits),
+                "repair_s": {**quantiles(self.repair), **self.totals},
+                "repair_s_by_script": {
+                    script: quantiles(
+                        [v for r in rows if r["script"] == script for v in r["values"]]
+                    )
+                    for script in dict.fromkeys(r["script"] for r in rows)
+                },
+                "lateness_ms": quantiles(self.lateness),
+                "wall_s": round(time.monotonic() - self.wall0, 1),
+                "rows": rows,
+                "violating_checks": self.violating[:50],
+            }
+            | _waits(rows, self.spec.campaign.central if self.spec.campaign else "naive")
+            | _dlb(rows)
+        )
 
     def _run_dir(self, script: str, seed: int) -> Path:
         return self.folder / _folder_name(script, seed)
@@ -290,6 +296,23 @@ def _waits(rows: list[dict[str, Any]], central: str) -> dict[str, Any]:
     return {"wait_s": out}
 
 
+def _dlb(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kim's DLB overhead over the runs that balance by PULL or PUSH: DLB messages
+    as a share of all datagrams, and the most one node handled in a minute."""
+    dlb = [r["dlb"] for r in rows if r.get("dlb", {}).get("balance") in ("pull", "push")]
+    if not dlb:
+        return {}
+    sent = sum(d["datagrams"] for d in dlb)
+    return {
+        "dlb": {
+            "runs": len(dlb),
+            "messages": sum(d["messages"] for d in dlb),
+            "share_of_messages": round(sum(d["messages"] for d in dlb) / sent, 6) if sent else None,
+            "max_per_node_minute": max(d["max_per_node_minute"] for d in dlb),
+        }
+    }
+
+
 def _run_one(run: Spec, data: dict[str, Any], run_dir: str, ray: str | None) -> bytes | None:
     """One run of the campaign into `run_dir`; as a Ray task (which may run on
     another machine) into a folder of its own, returned packed."""
@@ -366,31 +389,35 @@ def _row(
     )
     script, variant = _split_script(script)
     jobs = summary.get("jobs")
-    return {
-        "run": run_dir.name,
-        "script": script,
-        "variant": variant,
-        "seed": seed,
-        "status": summary["status"],
-        "events_applied": churn.get("events_applied", 0),
-        "violations": sum(c["violations"] for c in checks),
-        "checks": len(checks),
-        "checks_unsettled": sum(1 for c in checks if not c.get("settled", True)),
-        "waits": (waits := [c.get("settle_wait_s", 0.0) for c in checks]),
-        "settle_wait_s": quantiles(waits),
-        "leaves_abrupt": summary.get("leaves", {}).get("abrupt", 0),
-        "repair_s": {k: run_repair.get(k) for k in ("p50", "p99", "crashes", "unrepaired")},
-        "repair_values": run_repair.get("values", []),
-        "lateness_ms": quantiles(late),
-        # The emulated WAN's verdict on itself (None in the simulator), what floods sent.
-        "within_bound": summary.get("wan", {}).get("fidelity", {}).get("within_bound"),
-        "flood_per_s": (
-            round(sum(f.get("per_s") or 0.0 for f in summary["floods"]), 1)
-            if summary.get("floods")
-            else None
-        ),
-        "wall_s": summary["wall_s"],
-    } | ({"jobs": {k: jobs.get(k) for k in _JOB_FIGURES}} if jobs else {})
+    return (
+        {
+            "run": run_dir.name,
+            "script": script,
+            "variant": variant,
+            "seed": seed,
+            "status": summary["status"],
+            "events_applied": churn.get("events_applied", 0),
+            "violations": sum(c["violations"] for c in checks),
+            "checks": len(checks),
+            "checks_unsettled": sum(1 for c in checks if not c.get("settled", True)),
+            "waits": (waits := [c.get("settle_wait_s", 0.0) for c in checks]),
+            "settle_wait_s": quantiles(waits),
+            "leaves_abrupt": summary.get("leaves", {}).get("abrupt", 0),
+            "repair_s": {k: run_repair.get(k) for k in ("p50", "p99", "crashes", "unrepaired")},
+            "repair_values": run_repair.get("values", []),
+            "lateness_ms": quantiles(late),
+            # The emulated WAN's verdict on itself (None in the simulator), what floods sent.
+            "within_bound": summary.get("wan", {}).get("fidelity", {}).get("within_bound"),
+            "flood_per_s": (
+                round(sum(f.get("per_s") or 0.0 for f in summary["floods"]), 1)
+                if summary.get("floods")
+                else None
+            ),
+            "wall_s": summary["wall_s"],
+        }
+        | ({"jobs": {k: jobs.get(k) for k in _JOB_FIGURES}} if jobs else {})
+        | ({"dlb": summary["dlb"]} if "dlb" in summary else {})
+    )
 
 
 _JOB_FIGURES = (

@@ -163,7 +163,8 @@ class _OverlayRun:
         )
         engine = (make_engine or _engine_for(spec))(spec, topology, self.config, run.dir)
         if jobs is not None:
-            engine = Feeding(engine, jobs.client)  # submits the trace's jobs as time passes
+            # submits the trace's jobs as time passes; on Kim's grid, meters DLB's messages
+            engine = Feeding(engine, jobs.client, jobs.meter)
         self.engine: Engine = engine
         self.host_of = {name: k for k, name in enumerate(names)}
         self.rng = random.Random(f"{spec.seed}/runner")

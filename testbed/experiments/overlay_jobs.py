@@ -167,6 +167,7 @@ class JobClient:
         self.runtime_scale = runtime_scale
         self.run_time = run_time or (lambda info, host: info.runtime_s)
         self.resubmitted = 0
+        self.moved: Counter[int] = Counter()  # jobs each host moved away (DLB, QB, PULL, PUSH)
         self.refused = 0  # submissions a peer did not take (gone meanwhile): tried elsewhere
         self._live: dict[int, int] = {}
         self._now = 0.0  # the engine's time at the last step
@@ -234,7 +235,9 @@ class JobClient:
         if job is None:
             return  # not one of ours (or malformed)
         kind, host = record["kind"], record["host"]
-        if kind == "job_adopted":
+        if kind == "job_moved":
+            self.moved[host] += 1  # a migration: one message (DLB's overhead, DlbMeter)
+        elif kind == "job_adopted":
             # A leaving entry's hand-over, or an attempt of a lost entry that its
             # representative rerouted to a new owner: follow that entry.
             job.entry = (host, self._live.get(host, -1))
@@ -362,9 +365,10 @@ class Feeding:
     POLL_S and lets the client read records and submit after each. Every other
     attribute is the engine's own."""
 
-    def __init__(self, engine: Any, client: JobClient) -> None:
+    def __init__(self, engine: Any, client: JobClient, meter: DlbMeter | None = None) -> None:
         self._engine = engine
         self.client = client
+        self.meter = meter if hasattr(engine, "peer_counters") else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -381,6 +385,8 @@ class Feeding:
                 step = due
             self._engine.advance(step)
             self.client.step(self._engine)
+            if self.meter is not None and self._engine.now >= self.meter.next_t:
+                self.meter.sample(self._engine.now, self._engine.peer_counters(), self.client.moved)
         self.client.step(self._engine)
 
     def drain(self, last_s: float, on_step: Any = None) -> float:
@@ -392,7 +398,67 @@ class Feeding:
             self.advance(min(last_s, self._engine.now + POLL_S))
             if on_step is not None:
                 on_step()
+        if self.meter is not None:  # the last part of a minute
+            self.meter.sample(self._engine.now, self._engine.peer_counters(), self.client.moved)
         return self._engine.now
+
+
+class DlbMeter:
+    """Kim's DLB overhead (seed 000 §4.2.2, Table 4.1's text): the DLB messages
+    each node handles per minute -- DlbRequest and DlbReply sent or received,
+    plus the jobs it moves away (one JobRoute each) -- and their share of all
+    the datagrams the peers send. Sampled from the peers' counters about every
+    minute of run time (at the first job step after it); simulator only (an
+    emulated peer's counters come at its exit)."""
+
+    KINDS = ("DlbRequest", "DlbReply")
+
+    def __init__(self, balance: str, period_s: float = 60.0) -> None:
+        self.balance = balance
+        self.period_s = period_s
+        self.next_t = period_s
+        self._last: dict[int, dict[str, int]] = {}
+        self._moved: Counter[int] = Counter()
+        self.max_per_node_minute = 0
+        self.node_minutes = 0
+        self.dlb = 0  # DLB messages sent
+        self.sent = 0  # all datagrams sent
+
+    def sample(self, now: float, counters: dict[int, dict[str, int]], moved: Counter[int]) -> None:
+        for host, now_counts in counters.items():
+            before = self._last.get(host, {})
+            if now_counts.get("tx", 0) < before.get("tx", 0):
+                before = {}  # a new incarnation on the host
+
+            def delta(
+                key: str, now_counts: dict[str, int] = now_counts, before: dict[str, int] = before
+            ) -> int:
+                return now_counts.get(key, 0) - before.get(key, 0)
+
+            moves = moved[host] - self._moved[host]
+            sent = sum(delta(f"tx.{k}") for k in self.KINDS) + moves
+            handled = sent + sum(delta(f"rx.{k}") for k in self.KINDS)
+            self.max_per_node_minute = max(self.max_per_node_minute, handled)
+            self.node_minutes += 1
+            self.dlb += sent
+            self.sent += delta("tx")
+        self._last = counters
+        self._moved = Counter(moved)
+        while self.next_t <= now:
+            self.next_t += self.period_s
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "balance": self.balance,
+            "messages": self.dlb,
+            "datagrams": self.sent,
+            "share_of_messages": round(self.dlb / self.sent, 6) if self.sent else None,
+            "per_node_minute": round(self.dlb / self.node_minutes, 4)
+            if self.node_minutes
+            else None,
+            "max_per_node_minute": self.max_per_node_minute,
+            "node_minutes": self.node_minutes,
+        }
 
 
 def jobs_from_workload(
@@ -442,6 +508,9 @@ class JobsRun:
         self.spec = jobs
         self.seed = spec.seed
         self.profiles = jobs.profiles  # Kim's synthetic grid instead of a trace
+        if self.profiles is not None and self.profiles.tau_per_host_s is not None:
+            per_host = self.profiles.tau_per_host_s  # the same load per node at any size
+            self.profiles = msgspec.structs.replace(self.profiles, tau_s=per_host / topology.n)
         rtt = np.asarray(topology.rtt_ms, dtype=np.float64)
         self.latency = np.maximum(rtt, rtt.T)
         self.workload: Workload | None = None
@@ -479,6 +548,7 @@ class JobsRun:
             )
             runtime_scale = jobs.workload.runtime_scale
         self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
+        self.meter = DlbMeter(jobs.balance) if self.profiles is not None else None
         self.client = JobClient(
             trace,
             names,
@@ -675,7 +745,11 @@ class JobsRun:
             "jobs": jobs,
             "slowdown": slowdown,
             "jobs_setup": {"profiles": msgspec.to_builtins(self.profiles), "grid": "KIM"},
-        }
+        } | (
+            {"dlb": self.meter.figures()}
+            if self.meter is not None and self.meter.node_minutes
+            else {}
+        )
 
     def diameter_ms(self, members: Sequence[int]) -> float:
         """The widest RTT among `members` (each pair counted at its slower way), in ms."""

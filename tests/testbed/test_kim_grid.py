@@ -48,6 +48,8 @@ def test_most_nodes_are_small_and_the_clustered_model_has_its_classes():
         (["jobs.profiles.constraints=4.0"], "jobs.profiles.constraints"),
         (["jobs.profiles.work_s=[10.0, 5.0]"], "jobs.profiles.work_s"),
         (["jobs.profiles.tau_s=0.0"], "jobs.profiles.tau_s"),
+        (["jobs.profiles.tau_per_host_s=-1.0"], "jobs.profiles.tau_per_host_s"),
+        (['jobs.profiles.work_dist="poisson"'], "work_dist"),
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field(overrides, message):
@@ -161,6 +163,21 @@ def test_a_bad_variant_is_refused_naming_it(variants, message):
 
     with pytest.raises(InputError, match=message):
         plan()
+
+
+def test_a_pull_run_meters_dlbs_messages_per_node_minute(tmp_path):
+    overrides = [*SMALL_KIM, 'jobs.balance="pull"', "jobs.balance_s=5.0"]
+    spec, data = load_spec("scripts/experiments/kim-sim.toml", overrides)
+    summary = json.loads(
+        (run_experiment(spec, data, out=tmp_path / "run").dir / "summary.json").read_text()
+    )
+    dlb = summary["dlb"]
+    assert dlb["balance"] == "pull" and dlb["messages"] > 0
+    assert 0 < dlb["share_of_messages"] < 0.2
+    assert dlb["datagrams"] == pytest.approx(summary["sim"]["datagrams"], rel=0.01)
+    assert 1 <= dlb["max_per_node_minute"] <= dlb["messages"]
+    minutes = math.ceil(summary["sim"]["virtual_s"] / 60)  # the last one partly
+    assert dlb["node_minutes"] == 24 * minutes
 
 
 def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
