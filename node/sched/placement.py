@@ -124,6 +124,7 @@ class Placement:
                 fail(f"routing found a hole at {ctx.address[0]}")
             else:
                 info = ctx.view.known[hop].info
+                ctx.count("route_hop")
                 ctx.send((info.host, info.port), replace(route, hops=route.hops + 1))
         else:
             self._place(route, now, fail)
@@ -148,7 +149,7 @@ class Placement:
         candidates = match.candidates(job, now)
         room = [c for c in candidates if (c.load == 0 if job.size == 1 else c.free >= job.size)]
         if room:
-            ctx.count("placed")
+            ctx.count("placed_pushed" if route.stage == STAGE_PUSH else "placed")
             pick = match.fastest(room) if mode == "can-p" else match.least_capable(room)
             self._hand_to(pick.addr, route, now)
             return

@@ -146,14 +146,16 @@ def campaign(
         )
     if result.get("wait_s"):
         waits = Table(title="mean wait per variant (mean over runs)")
-        for col in ("variant", "wait s", "x CENTRAL", "runs"):
+        for col in ("variant", "wait s", "x CENTRAL", "pushed", "runs"):
             waits.add_column(col, justify="left" if col == "variant" else "right")
         for variant, figures in result["wait_s"].items():
             case = variant.rpartition("/")[0]
             central = result["wait_s"].get(f"{case}/CENTRAL" if case else "CENTRAL", {})
             ratio = f"{figures['mean'] / central['mean']:.2f}" if central.get("mean") else "-"
             runs = ", ".join(f"{v:g}" for v in figures["runs"])
-            waits.add_row(variant, f"{figures['mean']:g}", ratio, runs)
+            pushed = figures.get("pushed_share")
+            share = "" if pushed is None else f"{pushed:.1%}"
+            waits.add_row(variant, f"{figures['mean']:g}", ratio, share, runs)
         console.print(waits)
     if result.get("dlb"):
         dlb = result["dlb"]
@@ -372,6 +374,13 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
         console.print(
             f"  with its queues redistributed every balance_s: mean wait "
             f"{jobs['central_redistributing_wait_mean_s']:.3g} s"
+        )
+    if jobs.get("pushed_share") is not None:
+        console.print(
+            f"placements: {jobs['pushed_share']:.1%} pushed, "
+            f"{jobs['matchmaking_messages_per_placement']:g} matchmaking messages each "
+            f"({jobs['route_hops_per_placement']:g} CAN hops, "
+            f"{jobs['push_hops_per_placement']:g} pushes, the hand-over)"
         )
     dlb = summary.get("dlb")
     if dlb and dlb["balance"] in ("pull", "push"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,14 @@ class SimEngine:
     def peer_counters(self) -> dict[int, dict[str, int]]:
         """Every running peer's datagram counters (Peer.stats()), by host."""
         return {host: peer.stats() for host, peer in self.sim.peers.items()}
+
+    def sched_counts(self) -> Counter[str]:
+        """The running peers' scheduler counters, summed (placements, pushes, hops)."""
+        total: Counter[str] = Counter()
+        for peer in self.sim.peers.values():
+            if peer.sched is not None:
+                total.update(peer.sched.counts)
+        return total
 
     def members(self) -> list[int]:
         return sorted(h for h, p in self.sim.peers.items() if p.member)

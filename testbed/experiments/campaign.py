@@ -276,9 +276,13 @@ def _waits(rows: list[dict[str, Any]], central: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for variant in dict.fromkeys(r["variant"] for r in jobs):
-        out[variant or "spec"] = mean(
-            [r["jobs"]["wait_mean_s"] for r in jobs if r["variant"] == variant]
-        )
+        mine = [r for r in jobs if r["variant"] == variant]
+        out[variant or "spec"] = mean([r["jobs"]["wait_mean_s"] for r in mine])
+        pushed = [
+            r["jobs"]["pushed_share"] for r in mine if r["jobs"].get("pushed_share") is not None
+        ]
+        if pushed:
+            out[variant or "spec"]["pushed_share"] = round(sum(pushed) / len(pushed), 4)
     chosen = "CENTRAL-REDIST" if central == "redistributing" else "CENTRAL-NAIVE"
     for case in dict.fromkeys(r["variant"].rpartition("/")[0] for r in jobs):
         prefix = f"{case}/" if case else ""
@@ -424,4 +428,5 @@ _JOB_FIGURES = (
     "submitted", "completed", "failed", "lost", "executed_twice", "misplaced",
     "wait_mean_s", "central_wait_mean_s", "wait_vs_central", "central_busy_at_last",
     "rnt_wait_mean_s", "rnt_messages_per_job", "central_redistributing_wait_mean_s",
+    "pushed_share", "matchmaking_messages_per_placement",
 )  # fmt: skip

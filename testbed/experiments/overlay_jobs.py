@@ -398,8 +398,9 @@ class Feeding:
             self.advance(min(last_s, self._engine.now + POLL_S))
             if on_step is not None:
                 on_step()
-        if self.meter is not None:  # the last part of a minute
+        if self.meter is not None:  # the last part of a minute, and the placements
             self.meter.sample(self._engine.now, self._engine.peer_counters(), self.client.moved)
+            self.meter.sched = dict(self._engine.sched_counts())
         return self._engine.now
 
 
@@ -423,6 +424,7 @@ class DlbMeter:
         self.node_minutes = 0
         self.dlb = 0  # DLB messages sent
         self.sent = 0  # all datagrams sent
+        self.sched: dict[str, int] = {}  # the peers' scheduler counters at the end
 
     def sample(self, now: float, counters: dict[int, dict[str, int]], moved: Counter[int]) -> None:
         for host, now_counts in counters.items():
@@ -679,6 +681,23 @@ class JobsRun:
             },
         }
 
+    def _placements(self) -> dict[str, Any]:
+        """Kim's E2 figures from the peers' counters (simulator, peers still running
+        at the end): the share of placed attempts that were pushed at least once, and
+        the matchmaking messages per placement -- CAN hops towards the job's point,
+        pushes, and the hand-over to the run node."""
+        counts = self.meter.sched if self.meter is not None else {}
+        placed = counts.get("placed", 0) + counts.get("placed_pushed", 0)
+        if not placed:
+            return {}
+        hops = counts.get("route_hop", 0) + counts.get("pushed", 0)
+        return {
+            "pushed_share": round(counts.get("placed_pushed", 0) / placed, 4),
+            "route_hops_per_placement": round(counts.get("route_hop", 0) / placed, 3),
+            "push_hops_per_placement": round(counts.get("pushed", 0) / placed, 3),
+            "matchmaking_messages_per_placement": round(hops / placed + 1, 3),
+        }
+
     def _kim_results(self, slowdown: dict[str, Any]) -> dict[str, Any]:
         """Kim's grid: the jobs' waits (injection to start, seed 000 §3) and how many
         completed on a node less capable than they asked (must be none)."""
@@ -715,6 +734,7 @@ class JobsRun:
         ours = jobs["wait_mean_s"]
         jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
         jobs["central_busy_at_last"] = round(central.busy_at_last, 4)
+        jobs |= self._placements()
         # The same with Kim's periodic redistribution, every balance_s (seed 000 §4.2.2).
         redistributed = kim_central(
             [self.base[h] for h in hosts],
