@@ -370,7 +370,9 @@ class Peer:
             self._contacts.note(addr[0])
         self.counters["tx"] += 1
         self.counters["tx_bytes"] += len(data)
-        self.counters[f"tx.{type(message).__name__}"] += 1
+        kind = type(message).__name__
+        self.counters[f"tx.{kind}"] += 1
+        self.counters[f"tx_bytes.{kind}"] += len(data)
 
     def _sender_id(self) -> int:
         """The overlay id, or before we have one a random id of our own: receivers

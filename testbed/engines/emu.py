@@ -33,7 +33,7 @@ from node.control import ControlError, request, request_when_up
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.engines.peers import datagram_totals, peer_seed
+from testbed.engines.peers import datagram_totals, messages_by_kind, peer_seed
 from testbed.engines.procstats import cpu_seconds, private_memory_kb, resident_kb, session_nice
 from testbed.engines.remote import RemotePeer, RemotePeers
 from testbed.engines.zygote import ForkedProcess, PeerZygote
@@ -428,6 +428,7 @@ class EmuEngine(WanVerbs):
                 "peer_private_memory_kb": quantiles(memory),
                 "messages_per_peer_minute": self._message_rate(stats),
                 "peer_datagrams": datagram_totals(stats),  # the peers running or exited at the end
+                "by_kind": messages_by_kind(stats, sum(s["uptime_s"] for s in stats) / 60),
                 "wan": self.wan.teardown,
             },
             "repair_s": self._repair_times(),

@@ -53,6 +53,28 @@ def draw_point(node: NodeSpec, rng: random.Random) -> tuple[float, ...]:
     return tuple(point)
 
 
+def messages_by_kind(stats: Iterable[Mapping[str, Any]], peer_minutes: float) -> dict[str, Any]:
+    """What the peers sent per peer-minute, by message type: datagrams and bytes
+    (summed over their counters, Peer.stats: tx.<type>, tx_bytes.<type>)."""
+    sent: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for counters in stats:
+        for key, value in counters.items():
+            if key.startswith("tx."):
+                sent[key[3:]] = sent.get(key[3:], 0) + int(value)
+            elif key.startswith("tx_bytes."):
+                size[key[9:]] = size.get(key[9:], 0) + int(value)
+    if peer_minutes <= 0:
+        return {}
+    return {
+        kind: {
+            "per_node_minute": round(sent[kind] / peer_minutes, 3),
+            "bytes_per_node_minute": round(size.get(kind, 0) / peer_minutes, 1),
+        }
+        for kind in sorted(sent)
+    }
+
+
 def datagram_totals(stats: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What the peers received, summed over their counters (Peer.stats): every datagram
     in `rx` is `accepted` or dropped for a reason (a flood's beyond the per-source

@@ -14,7 +14,7 @@ from node.can.overlay import Status
 from node.peer import NodeConfig
 from node.wire import JobInfo
 from testbed.analysis.stats import quantiles
-from testbed.engines.peers import datagram_totals
+from testbed.engines.peers import datagram_totals, messages_by_kind
 from testbed.errors import InputError
 from testbed.linkmodel import LinkModel, Reorder
 from testbed.net import new_run_id, plan_network
@@ -255,6 +255,10 @@ class SimEngine:
             "messages_per_peer_minute": round(stats["sent"] / minutes, 2),
             "peer_datagrams": datagram_totals(
                 [*self._gone_stats, *(p.stats() for p in self.sim.peers.values())]
+            ),
+            "by_kind": messages_by_kind(
+                [*self._gone_stats, *(p.stats() for p in self.sim.peers.values())],
+                self._peer_seconds / 60,
             ),
         }
 

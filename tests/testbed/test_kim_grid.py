@@ -181,6 +181,12 @@ def test_a_pull_run_meters_dlbs_messages_per_node_minute(tmp_path):
     assert 1 <= dlb["max_per_node_minute"] <= dlb["messages"]
     minutes = math.ceil(summary["sim"]["virtual_s"] / 60)  # the last one partly
     assert dlb["node_minutes"] == 24 * minutes
+    # Every kind of message the peers sent, per node-minute, with its bytes.
+    by_kind = summary["sim"]["by_kind"]
+    assert {"Update", "SchedBeat", "DlbRequest", "JobRoute"} <= set(by_kind)
+    total = sum(k["per_node_minute"] for k in by_kind.values())
+    assert total == pytest.approx(summary["sim"]["messages_per_peer_minute"], rel=0.01)
+    assert all(k["bytes_per_node_minute"] > 20 * k["per_node_minute"] for k in by_kind.values())
 
 
 def test_kims_central_takes_the_fastest_idle_node_else_the_shortest_queue():
