@@ -102,6 +102,11 @@ class KimProfilesSpec(msgspec.Struct, forbid_unknown_fields=True):
     work_s: tuple[float, float] = (1200.0, 3600.0)  # uniform, on a node as fast as asked
     # "normal": the same mean, sigma a third of work_s's range (Kim's E3: 60 +- 20 min)
     work_dist: Literal["uniform", "normal"] = "uniform"
+    # Your own grid instead of the generator's (docs/workloads.md, "Kim's grid from files"):
+    # CSV files, jobs with submit_s,work_s,cpu_10mhz,memory_mb,disk_gb and nodes (the first
+    # `hosts` rows, in host order) with cpu_10mhz,memory_mb,disk_gb.
+    jobs_file: str | None = None
+    nodes_file: str | None = None
 
 
 def _embedding(
@@ -400,6 +405,15 @@ def _check_profiles(k: KimProfilesSpec, fail: Callable[[str, str], None]) -> Non
         )
     if not (math.isfinite(k.tau_s) and k.tau_s > 0):
         fail(f"{where}.tau_s", f"must be a positive number of seconds, not {k.tau_s}")
+    default = KimProfilesSpec()
+    if k.jobs_file is not None:  # what the file replaces may not be set as well
+        for name in ("jobs", "tau_s", "tau_per_host_s", "work_s", "work_dist", "constraints"):
+            if getattr(k, name) != getattr(default, name):
+                fail(f"{where}.{name}", "the jobs come from jobs_file; remove this field")
+    if k.nodes_file is not None and k.jobs_file is not None:
+        for name in ("model", "classes"):
+            if getattr(k, name) != getattr(default, name):
+                fail(f"{where}.{name}", "nodes and jobs come from files; remove this field")
     per_host = k.tau_per_host_s
     if per_host is not None and not (math.isfinite(per_host) and per_host > 0):
         fail(f"{where}.tau_per_host_s", f"must be a positive number of seconds, not {per_host}")

@@ -72,6 +72,8 @@ from testbed.workload import (
     kim_nodes,
     ladder_top,
     prepare_workload,
+    read_kim_jobs,
+    read_kim_nodes,
 )
 
 __all__ = [
@@ -520,15 +522,29 @@ class JobsRun:
         if self.profiles is not None:
             self.name = "KIM"
             self.clusters: list[tuple[int, ...]] = [(h,) for h in range(topology.n)]  # no clusters
+            nodes_file = self.profiles.nodes_file
             self.base: list[tuple[float, ...]] = list(
                 kim_nodes(self.profiles, topology.n, spec.seed)
+                if nodes_file is None
+                else read_kim_nodes(nodes_file, topology.n)
             )
+            jobs_file = self.profiles.jobs_file
+            kim = (
+                kim_jobs(self.profiles, spec.seed)
+                if jobs_file is None
+                else read_kim_jobs(jobs_file)
+            )
+            # Up to the ladder's top, or what a file's node or job has beyond it.
+            tops = [
+                max(ladder_top(r), *(b[d] for b in self.base), *(j.requirement[d] for j in kim))
+                for d, r in enumerate(RESOURCES)
+            ]
             self.space = Space(
-                [Dimension(r, 0.0, ladder_top(r) + 1.0) for r in RESOURCES]
+                [Dimension(r, 0.0, top + 1.0) for r, top in zip(RESOURCES, tops, strict=True)]
                 + [Dimension("virtual", 0.0, 1.0, virtual=True)]
             )
             trace = kim_trace(
-                kim_jobs(self.profiles, spec.seed),
+                kim,
                 start_s=jobs.start_s,
                 per_speed=jobs.runtime_per_speed,
                 seed=spec.seed,

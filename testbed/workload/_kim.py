@@ -27,11 +27,26 @@
 
 from __future__ import annotations
 
+import csv
+import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["RESOURCES", "KimJob", "kim_jobs", "kim_nodes", "ladder_top"]
+from testbed.errors import InputError
+
+__all__ = [
+    "JOB_COLUMNS",
+    "NODE_COLUMNS",
+    "RESOURCES",
+    "KimJob",
+    "kim_jobs",
+    "kim_nodes",
+    "ladder_top",
+    "read_kim_jobs",
+    "read_kim_nodes",
+]
 
 RESOURCES: dict[str, tuple[float, ...]] = {
     "cpu": (100.0, 150.0, 200.0, 250.0, 300.0, 350.0),  # 10 MHz: 1.0-3.5 GHz
@@ -113,3 +128,96 @@ def _work(rng: random.Random, dist: str, lo: float, hi: float) -> float:
     while (work := rng.gauss((lo + hi) / 2, (hi - lo) / 3)) <= 0:
         pass
     return work
+
+
+# -- Kim's grid from files (docs/workloads.md, "Kim's grid from files") -----------------------------
+
+JOB_COLUMNS = ("submit_s", "work_s", "cpu_10mhz", "memory_mb", "disk_gb")
+NODE_COLUMNS = ("cpu_10mhz", "memory_mb", "disk_gb")
+
+
+def read_kim_jobs(path: str | Path) -> list[KimJob]:
+    """Jobs from a CSV file with the header submit_s,work_s,cpu_10mhz,memory_mb,disk_gb
+    (a requirement of 0: not constrained), in submission order (ties: file order).
+
+    Raises:
+        InputError: naming the file, line and column of the first bad value.
+    """
+    rows = _read_csv(path, JOB_COLUMNS)
+    jobs = []
+    for line, values in rows:
+        submit, work, *want = values
+        _check(path, line, 1, submit >= 0, "submit_s: expected seconds >= 0")
+        _check(path, line, 2, work > 0, "work_s: expected seconds > 0")
+        for k, value in enumerate(want):
+            _check(path, line, 3 + k, value >= 0, f"{NODE_COLUMNS[k]}: expected >= 0 (0: any)")
+        jobs.append((submit, line, work, (want[0], want[1], want[2])))
+    jobs.sort(key=lambda j: (j[0], j[1]))
+    return [KimJob(k + 1, t, work, want) for k, (t, _, work, want) in enumerate(jobs)]
+
+
+def read_kim_nodes(path: str | Path, n: int) -> list[tuple[float, float, float]]:
+    """The first n nodes of a CSV file with the header cpu_10mhz,memory_mb,disk_gb.
+
+    Raises:
+        InputError: a bad value (file, line, column), or fewer than n nodes.
+    """
+    rows = _read_csv(path, NODE_COLUMNS)
+    for line, values in rows:
+        for k, value in enumerate(values):
+            _check(path, line, 1 + k, value > 0, f"{NODE_COLUMNS[k]}: expected > 0")
+    if len(rows) < n:
+        raise InputError(f"{len(rows)} nodes for a run of {n} hosts", source=str(path))
+    return [(v[0], v[1], v[2]) for _, v in rows[:n]]
+
+
+def _check(path: str | Path, line: int, column: int, ok: bool, reason: str) -> None:
+    if not ok:
+        raise InputError(reason, source=str(path), line=line, column=column)
+
+
+def _read_csv(path: str | Path, columns: tuple[str, ...]) -> list[tuple[int, list[float]]]:
+    """(line, values) per data row; `#` comments and blank lines skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
+    rows: list[tuple[int, list[float]]] = []
+    header = None
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        cells = [cell.strip() for cell in next(csv.reader([raw]))]
+        if header is None:
+            header = cells
+            if tuple(header) != columns:
+                raise InputError(
+                    f"header {','.join(header)!r}: expected {','.join(columns)}",
+                    source=str(path),
+                    line=line,
+                )
+            continue
+        if len(cells) != len(columns):
+            raise InputError(
+                f"{len(cells)} values: expected {len(columns)} ({','.join(columns)})",
+                source=str(path),
+                line=line,
+            )
+        values = []
+        for k, cell in enumerate(cells):
+            try:
+                value = float(cell)
+            except ValueError:
+                value = math.nan
+            _check(
+                path, line, k + 1, math.isfinite(value), f"{columns[k]}: {cell!r} is not a number"
+            )
+            values.append(value)
+        rows.append((line, values))
+    if header is None:
+        raise InputError(f"empty: expected the header {','.join(columns)}", source=str(path))
+    if not rows:
+        raise InputError("a header and no rows", source=str(path))
+    return rows

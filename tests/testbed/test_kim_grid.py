@@ -19,7 +19,7 @@ from testbed.experiments.overlay import run_experiment
 from testbed.models.kim_central import kim_central
 from testbed.models.kim_rnt import kim_rnt
 from testbed.spec import KimProfilesSpec, load_spec
-from testbed.workload import RESOURCES, kim_jobs, kim_nodes
+from testbed.workload import RESOURCES, kim_jobs, kim_nodes, read_kim_jobs, read_kim_nodes
 
 
 @pytest.mark.parametrize(("constraints", "mean"), [("light", 1.3), ("heavy", 2.4), (0.5, 0.5)])
@@ -266,3 +266,63 @@ def test_rnt_stops_at_k_capable_nodes_and_takes_the_fastest_free_one():
     assert result.messages[0] == 5  # every node is capable: the first five visited
     lone = kim_rnt(nodes, jobs, k=1, seed=2)
     assert lone.messages[0] == 1 and lone.waits == [0.0]
+
+
+def test_a_run_on_kims_grid_from_files_places_every_job_on_a_capable_node(tmp_path):
+    files = [
+        "jobs.profiles.jobs_file='traces/kim/sample-jobs.csv'",
+        "jobs.profiles.nodes_file='traces/kim/sample-nodes.csv'",
+        "topology.hosts=24",
+        "jobs.drain_s=300.0",
+    ]
+    # kim-sim.toml's generator fields back at their defaults: the files replace them.
+    defaults = [
+        "jobs.profiles.jobs=1000",
+        "jobs.profiles.tau_s=17.5",
+        "jobs.profiles.work_s=[1200.0, 3600.0]",
+    ]
+    spec, data = load_spec("scripts/experiments/kim-sim.toml", [*files, *defaults])
+    summary = json.loads(
+        (run_experiment(spec, data, out=tmp_path / "run").dir / "summary.json").read_text()
+    )
+    jobs = summary["jobs"]
+    assert jobs["submitted"] == 60 and jobs["lost"] == 0 and jobs["misplaced"] == 0
+    assert jobs["completed"] + jobs["failed"] == 60 and jobs["failed"] == jobs["infeasible"]
+    nodes = read_kim_nodes("traces/kim/sample-nodes.csv", 24)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "jobs.jsonl").read_text().splitlines()]
+    wanted = {j.id: j.requirement for j in read_kim_jobs("traces/kim/sample-jobs.csv")}
+    for row in rows:
+        if row["outcome"] == "completed":
+            have = nodes[int(row["ran_on"][1:]) - 1]
+            assert all(h >= w for h, w in zip(have, wanted[row["job"]], strict=True)), row
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("submit_s,work_s,cpu_10mhz,memory_mb\n", "header .*expected submit_s,work_s"),
+        ("submit_s,work_s,cpu_10mhz,memory_mb,disk_gb\n1,2,3\n", r":2: 3 values: expected 5"),
+        ("submit_s,work_s,cpu_10mhz,memory_mb,disk_gb\n1,0,3,4,5\n", r":2:2: work_s: expected"),
+        (
+            "submit_s,work_s,cpu_10mhz,memory_mb,disk_gb\n1,2,x,4,5\n",
+            r":2:3: cpu_10mhz: 'x' is not",
+        ),
+        ("# only a comment\n", "empty: expected the header"),
+        ("submit_s,work_s,cpu_10mhz,memory_mb,disk_gb\n", "a header and no rows"),
+    ],
+)
+def test_a_bad_jobs_file_is_refused_naming_the_line_and_column(tmp_path, text, message):
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        read_kim_jobs(path)
+
+
+def test_files_and_the_generator_fields_they_replace_are_not_given_together(tmp_path):
+    with pytest.raises(InputError, match="jobs.profiles.jobs: the jobs come from jobs_file"):
+        load_spec(
+            "scripts/experiments/kim-sim.toml",
+            ["jobs.profiles.jobs_file='traces/kim/sample-jobs.csv'"],  # kim-sim sets jobs
+        )
+    with pytest.raises(InputError, match="32 nodes for a run of 40 hosts"):
+        read_kim_nodes("traces/kim/sample-nodes.csv", 40)
