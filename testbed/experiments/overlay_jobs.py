@@ -465,6 +465,16 @@ class DlbMeter:
         }
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that are not None (None if there are none)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def jobs_from_workload(
     workload: Workload,
     *,
@@ -714,6 +724,27 @@ class JobsRun:
             "matchmaking_messages_per_placement": round(hops / placed + 1, 3),
         }
 
+    def _baselines(self, ours: float | None) -> dict[str, Any]:
+        """Kim's models on the same jobs and the nodes that ran a peer (cross-checks,
+        not schedulers of the peers): CENTRAL, naive and redistributing every
+        balance_s (seed 000 §4.2.2), and RNT over a Chord ring."""
+        nodes = [self.base[h] for h in sorted(self.started)]
+        jobs = [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()]
+        how = {"speed": self._speed_index(), "per_speed": self.spec.runtime_per_speed}
+        central = kim_central(nodes, jobs, **how)
+        redistributed = kim_central(nodes, jobs, redistribute_s=self.spec.balance_s, **how)
+        rnt = kim_rnt(nodes, jobs, seed=self.seed, **how)
+        mean = _mean(central.waits)
+        searched = [m for m, w in zip(rnt.messages, rnt.waits, strict=True) if w is not None]
+        return {
+            "central_wait_mean_s": None if mean is None else round(mean, 3),
+            "wait_vs_central": round(ours / mean, 2) if ours is not None and mean else None,
+            "central_busy_at_last": round(central.busy_at_last, 4),
+            "central_redistributing_wait_mean_s": _rounded(_mean(redistributed.waits)),
+            "rnt_wait_mean_s": _rounded(_mean(rnt.waits)),
+            "rnt_messages_per_job": _rounded(_mean(searched), 2),
+        }
+
     def _kim_results(self, slowdown: dict[str, Any]) -> dict[str, Any]:
         """Kim's grid: the jobs' waits (injection to start, seed 000 §3) and how many
         completed on a node less capable than they asked (must be none)."""
@@ -736,47 +767,7 @@ class JobsRun:
         )
         waits = [self.client.wait_of(j) for j in self.client.jobs.values() if j.ok]
         jobs["wait_mean_s"] = round(sum(waits) / len(waits), 3) if waits else None
-        # Kim's CENTRAL on the same jobs and the nodes that ran a peer: a cross-check.
-        hosts = sorted(self.started)
-        central = kim_central(
-            [self.base[h] for h in hosts],
-            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
-            speed=self._speed_index(),
-            per_speed=self.spec.runtime_per_speed,
-        )
-        placed = [w for w in central.waits if w is not None]
-        mean = sum(placed) / len(placed) if placed else None
-        jobs["central_wait_mean_s"] = None if mean is None else round(mean, 3)
-        ours = jobs["wait_mean_s"]
-        jobs["wait_vs_central"] = round(ours / mean, 2) if ours is not None and mean else None
-        jobs["central_busy_at_last"] = round(central.busy_at_last, 4)
-        jobs |= self._placements()
-        # The same with Kim's periodic redistribution, every balance_s (seed 000 §4.2.2).
-        redistributed = kim_central(
-            [self.base[h] for h in hosts],
-            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
-            speed=self._speed_index(),
-            per_speed=self.spec.runtime_per_speed,
-            redistribute_s=self.spec.balance_s,
-        )
-        placed_r = [w for w in redistributed.waits if w is not None]
-        jobs["central_redistributing_wait_mean_s"] = (
-            round(sum(placed_r) / len(placed_r), 3) if placed_r else None
-        )
-        # Kim's RNT over a Chord ring on the same jobs and nodes: the P2P baseline.
-        rnt = kim_rnt(
-            [self.base[h] for h in hosts],
-            [(j.submit_t, j.info.point[:3], j.info.runtime_s) for j in self.client.jobs.values()],
-            speed=self._speed_index(),
-            per_speed=self.spec.runtime_per_speed,
-            seed=self.seed,
-        )
-        placed_rnt = [w for w in rnt.waits if w is not None]
-        jobs["rnt_wait_mean_s"] = (
-            round(sum(placed_rnt) / len(placed_rnt), 3) if placed_rnt else None
-        )
-        searched = [m for m, w in zip(rnt.messages, rnt.waits, strict=True) if w is not None]
-        jobs["rnt_messages_per_job"] = round(sum(searched) / len(searched), 2) if searched else None
+        jobs |= self._baselines(jobs["wait_mean_s"]) | self._placements()
         return {
             "jobs": jobs,
             "slowdown": slowdown,
