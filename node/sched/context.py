@@ -41,5 +41,5 @@ class Context:
     def me(self) -> Endpoint:
         return Endpoint(*self.address)
 
-    def count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
+    def count(self, what: str, n: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n

@@ -56,6 +56,10 @@ class Matchmaker:
             )
         self._speed = next((k for k in self._real if dims[k].name == name), self._real[0])
 
+    def load(self) -> int:
+        """Our own queue: tasks queued or running here."""
+        return self._load()
+
     def speed(self, point: Sequence[float]) -> float:
         """A node's speed: its coordinate in the speed dimension (at least 1e-9)."""
         return max(point[self._speed], 1e-9)

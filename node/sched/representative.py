@@ -106,6 +106,7 @@ class RepRole:
         rep = self.reps[key] = Rep(job, attempt, entry, [ctx.address, *others], now)
         rep.moved = moved
         ctx.count("represented")
+        ctx.count("queue_seen", self._match.load())  # Kim's queue length at assignment
         self._offer(rep, now)
         ctx.send(entry, JobAck(job.id, attempt, False))
         ctx.wake(now)

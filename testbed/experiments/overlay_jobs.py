@@ -709,15 +709,21 @@ class JobsRun:
 
     def _placements(self) -> dict[str, Any]:
         """Kim's E2 figures from the peers' counters (simulator, peers still running
-        at the end): the share of placed attempts that were pushed at least once, and
-        the matchmaking messages per placement -- CAN hops towards the job's point,
-        pushes, and the hand-over to the run node."""
+        at the end): the share of placed attempts that were pushed at least once, the
+        matchmaking messages per placement -- CAN hops towards the job's point, pushes,
+        and the hand-over to the run node -- and the mean queue an attempt found where
+        it landed."""
         counts = self.meter.sched if self.meter is not None else {}
         placed = counts.get("placed", 0) + counts.get("placed_pushed", 0)
         if not placed:
             return {}
         hops = counts.get("route_hop", 0) + counts.get("pushed", 0)
+        represented = counts.get("represented", 0)
         return {
+            # Kim's queue length: the tasks ahead where an attempt landed, when it landed.
+            "queue_seen_mean": (
+                round(counts.get("queue_seen", 0) / represented, 3) if represented else None
+            ),
             "pushed_share": round(counts.get("placed_pushed", 0) / placed, 4),
             "route_hops_per_placement": round(counts.get("route_hop", 0) / placed, 3),
             "push_hops_per_placement": round(counts.get("pushed", 0) / placed, 3),

@@ -82,7 +82,7 @@ def test_a_simulated_run_on_kims_grid_places_every_feasible_job_on_a_capable_nod
     assert jobs["rnt_wait_mean_s"] is not None and jobs["rnt_messages_per_job"] >= 1
     # CAN-P's figures from the peers: some jobs pushed, every placement at least one message.
     assert 0 <= jobs["pushed_share"] <= 1 and jobs["matchmaking_messages_per_placement"] >= 1
-    assert jobs["route_hops_per_placement"] > 0
+    assert jobs["route_hops_per_placement"] > 0 and jobs["queue_seen_mean"] >= 0
     assert summary["invariants"]["violations"] == 0
     rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
     assert all("ran_on" in r for r in rows if r["outcome"] == "completed")
