@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -395,6 +396,18 @@ class EmuEngine(WanVerbs):
         return sorted(
             h for h, answer in statuses.items() if answer and answer["status"] == "member"
         )
+
+    def peer_counters(self) -> dict[int, dict[str, int]]:
+        """Every running peer's datagram counters (Peer.stats()), by host: asked now."""
+        answers = self._ask_all("stats")
+        return {host: a["stats"] for host, a in answers.items() if a}
+
+    def sched_counts(self) -> Counter[str]:
+        """The running peers' scheduler counters, summed (their dumps: asked now)."""
+        total: Counter[str] = Counter()
+        for dump in self.dumps():
+            total.update(dump.get("sched", {}).get("counts", {}))
+        return total
 
     def dumps(self) -> list[dict[str, Any]]:
         answers = self._ask_all("dump")

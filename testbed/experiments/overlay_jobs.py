@@ -411,8 +411,8 @@ class DlbMeter:
     each node handles per minute -- DlbRequest and DlbReply sent or received,
     plus the jobs it moves away (one JobRoute each) -- and their share of all
     the datagrams the peers send. Sampled from the peers' counters about every
-    minute of run time (at the first job step after it); simulator only (an
-    emulated peer's counters come at its exit)."""
+    minute of run time (at the first job step after it; the emulator asks its
+    peers over their control sockets)."""
 
     KINDS = ("DlbRequest", "DlbReply")
 
@@ -708,8 +708,8 @@ class JobsRun:
         }
 
     def _placements(self) -> dict[str, Any]:
-        """Kim's E2 figures from the peers' counters (simulator, peers still running
-        at the end): the share of placed attempts that were pushed at least once, the
+        """Kim's E2 figures from the peers' counters (the peers still running at the
+        end): the share of placed attempts that were pushed at least once, the
         matchmaking messages per placement -- CAN hops towards the job's point, pushes,
         and the hand-over to the run node -- and the mean queue an attempt found where
         it landed."""

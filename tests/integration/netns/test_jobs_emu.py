@@ -101,3 +101,34 @@ def test_real_peers_run_every_job_once_while_peers_crash(tmp_path):
         assert all(r["wall_s"] >= 2.0 for r in mine)  # 10 s of trace time x0.2
         hosts = {int(ip.rsplit(".", 1)[1]) for ip in started[key]["ranks"]}
         assert hosts <= set(range(9, 15)) or hosts <= set(range(15, 21)), started[key]
+
+
+def test_kims_grid_on_real_peers_reroutes_a_crashed_owners_jobs_and_meters_pull(tmp_path):
+    # kim-emu.toml at a small size: 16 real peers, CAN-P with PULL, owners that go are
+    # replaced by routing their attempts to the jobs' points; two peers crash, one
+    # leaves while the jobs run. Every job completes once on a node as capable as it
+    # asks (or fails as infeasible); DLB's messages and every kind's rate are reported.
+    script = tmp_path / "k.churn"
+    script.write_text("from 0s to 12s join 100%\nat 30s crash 2\nat 45s leave 1\nat 60s stop\n")
+    overrides = [
+        "topology.hosts=16",
+        f'churn.script="{script}"',
+        "churn.settle_s=10",
+        "jobs.start_s=20.0",
+        "jobs.drain_s=120.0",
+        "jobs.balance_s=5.0",
+        "jobs.profiles.jobs=40",
+        "jobs.profiles.tau_per_host_s=16.0",
+        "jobs.profiles.work_s=[10.0, 20.0]",
+    ]
+    spec, data = load_spec("scripts/experiments/kim-emu.toml", overrides)
+    run_dir = run_experiment(spec, data, out=tmp_path / "run").dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    jobs = summary["jobs"]
+    assert jobs["submitted"] == 40 and jobs["lost"] == 0 and jobs["misplaced"] == 0, jobs
+    assert jobs["executed_twice"] == 0 and jobs["duplicates"] == 0
+    assert jobs["completed"] + jobs["failed"] == 40 and jobs["failed"] == jobs["infeasible"]
+    assert summary["invariants"]["violations"] == 0
+    assert summary["dlb"]["balance"] == "pull" and summary["dlb"]["node_minutes"] > 0
+    assert {"Update", "SchedBeat", "JobRoute"} <= set(summary["emu"]["by_kind"])
+    assert jobs["pushed_share"] is not None and jobs["queue_seen_mean"] is not None
