@@ -343,6 +343,8 @@ def _print_jobs(summary: dict[str, Any]) -> None:
     extra = {k: jobs[k] for k in ("resubmitted", "duplicates", "executed_twice")}
     if jobs.get("running_at_end"):
         extra["still running at the end"] = jobs["running_at_end"]
+    if jobs.get("waiting_at_end"):
+        extra["still waiting in a queue at the end"] = jobs["waiting_at_end"]
     console.print(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in extra.items()))
     for reason, count in jobs["failure_reasons"].items():
         console.print(f"  failed x{count}: {reason}")
@@ -364,6 +366,11 @@ def _print_kim_jobs(summary: dict[str, Any], jobs: dict[str, Any], setup: dict[s
         *("-" if v is None else f"{v:.3g}" for v in (jobs["wait_mean_s"], wait["p50"], wait["p99"], wait["max"])),
     )  # fmt: skip
     console.print(table)
+    if jobs.get("running_at_end") or jobs.get("waiting_at_end"):
+        console.print(
+            f"when the run ended: {jobs['running_at_end']} still running, "
+            f"{jobs['waiting_at_end']} still waiting in a queue (a longer jobs.drain_s lets them end)"
+        )
     if jobs.get("central_wait_mean_s") is not None:
         console.print(
             f"Kim's CENTRAL on the same jobs and nodes (a cross-check, no redistribution): "

@@ -425,7 +425,7 @@ def _row(
 
 
 _JOB_FIGURES = (
-    "submitted", "completed", "failed", "lost", "executed_twice", "misplaced",
+    "submitted", "completed", "failed", "lost", "waiting_at_end", "executed_twice", "misplaced",
     "wait_mean_s", "central_wait_mean_s", "wait_vs_central", "central_busy_at_last",
     "rnt_wait_mean_s", "rnt_messages_per_job", "central_redistributing_wait_mean_s",
     "pushed_share", "matchmaking_messages_per_placement",

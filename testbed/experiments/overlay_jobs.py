@@ -29,14 +29,15 @@
 #
 #   At the end every job is completed, failed with the reason its entry gave,
 #   still running (a run of it started on a peer that is alive, and its run
-#   time is not over: the run ended first), or lost (no outcome when the run
-#   ended and no run of it going on; there must be none). Bounded
+#   time is not over: the run ended first), waiting (a live peer still holds
+#   an attempt of it, queued: the run ended first), or lost (no outcome when
+#   the run ended and nothing of it going on; there must be none). Bounded
 #   slowdown counts in trace seconds: the wait from the trace's submission
 #   time to the start of the run that completed, over max(run time, 10 s),
 #   both divided by the workload's runtime_scale.
 #
 # Run folder: jobs.jsonl (one line per job, at the end), and in summary.json
-# `jobs.{submitted, completed, failed, lost, running_at_end, resubmitted,
+# `jobs.{submitted, completed, failed, lost, running_at_end, waiting_at_end, resubmitted,
 # duplicates, executed_twice, utilisation}`, `slowdown.<engine>/<clustering>` and, for reference, the
 # idealised central FCFS scheduler on the same trace and clusters.
 
@@ -170,6 +171,7 @@ class JobClient:
         self.run_time = run_time or (lambda info, host: info.runtime_s)
         self.resubmitted = 0
         self.moved: Counter[int] = Counter()  # jobs each host moved away (DLB, QB, PULL, PUSH)
+        self.waiting: set[int] = set()  # jobs a live peer still held when the run ended
         self.refused = 0  # submissions a peer did not take (gone meanwhile): tried elsewhere
         self._live: dict[int, int] = {}
         self._now = 0.0  # the engine's time at the last step
@@ -310,7 +312,18 @@ class JobClient:
     def _outcome_of(self, job: _Job) -> str:
         if job.ok is not None:
             return "completed" if job.ok else "failed"
-        return "running" if self._still_running(job) else "lost"
+        if self._still_running(job):
+            return "running"
+        return "waiting" if job.info.id in self.waiting else "lost"
+
+    def note_waiting(self, dumps: Sequence[Mapping[str, Any]]) -> None:
+        """At the end: the jobs an attempt of which a live peer still holds, not
+        finished (queued, or co-scheduling): waiting when the run ended, not lost."""
+        for dump in dumps:
+            for held in dump.get("sched", {}).get("represented", []):
+                job, _, state = held.partition(":")
+                if state != "finished":
+                    self.waiting.add(int(job.split("/")[0]))
 
     def _still_running(self, job: _Job) -> bool:
         """A run of the job started on a peer that is still there, and its run
@@ -339,8 +352,9 @@ class JobClient:
             "submitted": sum(1 for j in jobs if j.first_t is not None),
             "completed": len(done),
             "failed": len(failed),
-            "lost": sum(1 for j in jobs if j.ok is None and not self._still_running(j)),
+            "lost": sum(1 for j in jobs if self._outcome_of(j) == "lost"),
             "running_at_end": sum(1 for j in jobs if self._still_running(j)),
+            "waiting_at_end": sum(1 for j in jobs if self._outcome_of(j) == "waiting"),
             "resubmitted": self.resubmitted,
             "duplicates": sum(j.reports - 1 for j in jobs if j.reports > 1),
             "executed_twice": sum(1 for j in jobs if j.runs_ok > 1),
@@ -403,6 +417,8 @@ class Feeding:
         if self.meter is not None:  # the last part of a minute, and the placements
             self.meter.sample(self._engine.now, self._engine.peer_counters(), self.client.moved)
             self.meter.sched = dict(self._engine.sched_counts())
+        if self.client.open_jobs() and hasattr(self._engine, "dumps"):
+            self.client.note_waiting(self._engine.dumps())
         return self._engine.now
 
 

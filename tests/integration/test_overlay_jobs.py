@@ -118,6 +118,7 @@ def test_outcomes_count_once_and_slowdown_is_in_trace_seconds():
         "failed": 1,
         "lost": 0,
         "running_at_end": 0,
+        "waiting_at_end": 0,
         "resubmitted": 0,
         "duplicates": 1,
         "executed_twice": 0,
@@ -168,6 +169,16 @@ def test_after_a_lost_entry_the_client_waits_for_a_late_start_before_submitting_
         client.step(engine)
         assert len(engine.submitted) == submissions, t
     assert client.resubmitted == 1
+
+
+def test_a_job_a_live_peer_still_holds_at_the_end_is_waiting_not_lost():
+    client, engine = client_for(2)  # job 101 is due at 10 s
+    engine.advance(11.0)
+    client.step(engine)
+    client.note_waiting([{"sched": {"represented": ["100/7:collecting", "101/3:finished"]}}])
+    summary = client.summary()
+    assert (summary["waiting_at_end"], summary["lost"]) == (1, 1)
+    assert [r["outcome"] for r in client.results()] == ["waiting", "lost"]
 
 
 def test_a_run_the_end_of_the_run_cut_short_is_still_running_not_lost():
