@@ -8,6 +8,7 @@ import json
 
 from testbed.experiments.overlay import run_experiment
 from testbed.spec import load_spec
+from testbed.workload import kim_jobs, kim_nodes
 
 # A SHARCNET-style grid of 20 hosts: a GigE cluster of 8 (8-12 ms inside) and
 # two Myrinet clusters of 6 (0.56-0.64 ms), PlanetLab latencies between them.
@@ -127,7 +128,23 @@ def test_kims_grid_on_real_peers_reroutes_a_crashed_owners_jobs_and_meters_pull(
     jobs = summary["jobs"]
     assert jobs["submitted"] == 40 and jobs["lost"] == 0 and jobs["misplaced"] == 0, jobs
     assert jobs["executed_twice"] == 0 and jobs["duplicates"] == 0
-    assert jobs["completed"] + jobs["failed"] == 40 and jobs["failed"] == jobs["infeasible"]
+    assert jobs["completed"] + jobs["failed"] == 40
+    # A job fails only when no node still there can run it (a small grid: a crash or the
+    # leave may take the only capable one).
+    applied = [json.loads(line) for line in (run_dir / "applied.jsonl").read_text().splitlines()]
+    gone = {int(h[1:]) - 1 for a in applied if a["kind"] in ("crash", "leave") for h in a["hosts"]}
+    nodes = kim_nodes(spec.jobs.profiles, 16, spec.seed)
+    wanted = {j.id: j.requirement for j in kim_jobs(spec.jobs.profiles, spec.seed)}
+    rows = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["outcome"] == "failed":
+            assert row["reason"].startswith("no capable node"), row
+            able = [
+                h
+                for h, node in enumerate(nodes)
+                if all(map(float.__ge__, node, wanted[row["job"]]))
+            ]
+            assert set(able) <= gone, (row, able, gone)
     assert summary["invariants"]["violations"] == 0
     assert summary["dlb"]["balance"] == "pull" and summary["dlb"]["node_minutes"] > 0
     assert {"Update", "SchedBeat", "JobRoute"} <= set(summary["emu"]["by_kind"])
