@@ -233,6 +233,13 @@ class IcmpProber:
         count as lost. The duration runs from the first send to the last reply.
         """
         pairs = list(pairs)
+        for src, dst in pairs:  # the compiled loop indexes its arrays with them unchecked
+            if not (0 <= src < len(self.socks) and 0 <= dst < len(self.ips)):
+                raise ValueError(
+                    f"probe pair ({src}, {dst}): the source must be one of the "
+                    f"{len(self.socks)} sockets and the destination one of the {len(self.ips)} "
+                    "addresses"
+                )
         order = list(range(len(pairs)))
         rng = random.Random(seed)
         schedule: list[int] = []
@@ -296,7 +303,8 @@ class IcmpProber:
         total = len(schedule)
         n = len(self.socks)
         fds = (ctypes.c_int * n)(*(s.fileno() for s in self.socks))
-        ips = (ctypes.c_uint32 * n)(
+        # Destinations may outnumber the sockets (hosts on other machines have none here).
+        ips = (ctypes.c_uint32 * len(self.ips))(
             *(struct.unpack("=I", socket.inet_aton(ip))[0] for ip in self.ips)
         )
         srcs = (ctypes.c_int32 * total)(*(pairs[k][0] for k in schedule))

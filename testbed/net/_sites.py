@@ -207,9 +207,10 @@ class SiteAgent:
         others = [h.index for h in hosts if h.index not in slot]
         where = {**slot, **{k: len(local) + i for i, k in enumerate(others)}}
         ips = [hosts[k].ip for k in local] + [hosts[k].ip for k in others]
-        # Destinations on other machines have no socket here: the Python loop (the
-        # compiled one wants a socket per address).
-        with IcmpProber([hosts[k].netns for k in local], ips, native=False) as prober:
+        # Destinations on other machines have no socket here; the compiled loop (when
+        # built) still sends to them, timed at its SCHED_FIFO priority: a Python loop
+        # under the load of a shared machine measured its own lateness as the WAN's.
+        with IcmpProber([hosts[k].netns for k in local], ips) as prober:
             result = prober.probe(
                 [(slot[s], where[d]) for s, d in pairs],
                 samples=samples,

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.net._probe import echo_request, icmp_checksum, parse_reply_untrusted
+from testbed.net._probe import IcmpProber, echo_request, icmp_checksum, parse_reply_untrusted
 
 
 def test_checksum_of_a_known_header():
@@ -38,3 +39,14 @@ def test_garbage_is_never_a_reply_by_accident(data, session):
     if probe is not None:
         header_len = (data[0] & 0x0F) * 4
         assert struct.unpack_from("!I", data, header_len + 8)[0] == session
+
+
+def test_a_pair_outside_the_sockets_or_addresses_is_refused_before_anything_is_sent():
+    # The compiled loop indexes its arrays unchecked: sources are sockets, destinations
+    # addresses (more of them when hosts on other machines have no socket here).
+    with IcmpProber([], ["10.0.0.1", "10.0.0.2"]) as prober:
+        for pair in [(0, 1), (-1, 0)]:
+            with pytest.raises(ValueError, match="source must be one of the 0 sockets"):
+                prober.probe([pair], samples=1, rate_per_s=10.0, timeout_s=0.1)
+        with pytest.raises(ValueError, match=r"\(0, 2\)"):
+            prober.probe([(0, 2)], samples=1, rate_per_s=10.0, timeout_s=0.1)
