@@ -20,6 +20,7 @@ from node.can.overlay import CanConfig, CanOverlay, Status
 from node.cluster.agent import ClusterAgent, ClusterConfig
 from node.coord.probe import ProbeConfig, Prober
 from node.events import ClusterChanged, Event, RttMeasured
+from node.fields import FieldError
 from node.limits import Contacts, SourceLimiter
 from node.sched.agent import Action, SchedAgent, SchedConfig
 from node.wire import (
@@ -28,6 +29,7 @@ from node.wire import (
     Codec,
     Confirm,
     JobInfo,
+    LoadedUpdate,
     Message,
     Ping,
     Pong,
@@ -37,6 +39,7 @@ from node.wire import (
     RttReport,
     Solicit,
     SolicitAnswer,
+    Update,
     WireError,
 )
 
@@ -64,6 +67,15 @@ class NodeConfig:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     cluster: ClusterConfig | None = None  # None: the peer takes no part in dynamic clusters
     sched: SchedConfig | None = None  # None: the peer takes no part in scheduling jobs
+
+    def __post_init__(self) -> None:
+        if self.sched is not None and self.sched.dead_after_s <= self.can.update_interval_s:
+            raise FieldError(
+                "sched",
+                "dead_after_s",
+                f"must be longer than the overlay's update_interval_s ({self.can.update_interval_s})"
+                ": the load figures ride its updates",
+            )
 
 
 class Peer:
@@ -105,6 +117,7 @@ class Peer:
             rng=rng,
             send=self._send,
             emit=self._events.append,
+            dress_update=self._load_update if config.sched is not None else None,
         )
         self._rng = rng
         self._anonymous = 0  # our sender id while we have no overlay id (drawn when first needed)
@@ -208,6 +221,31 @@ class Peer:
         self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
     ) -> str | None:
         return self.can.handle_message(sender, source, message, now)
+
+    # A scheduling peer's load figures ride its periodic updates (seed 000 §4.1.1: they
+    # add no messages): the overlay's Update goes out as a LoadedUpdate, and one that
+    # comes in is checked whole, then the Update goes to the overlay, the figures to the
+    # scheduler (a peer without one reads the Update only).
+
+    def _load_update(self, update: Update, now: float) -> Message:
+        assert self.sched is not None
+        u = update
+        load = self.sched.update_load(now)
+        return LoadedUpdate(u.me, u.neighbors, u.tombstones, u.root, u.news, load)
+
+    def _to_overlay_loaded(
+        self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
+    ) -> str | None:
+        assert isinstance(message, LoadedUpdate)
+        sched, figures = self.sched, message.load
+        if sched is None or figures is None:
+            return self.can.handle_message(sender, source, message.update(), now)
+        problem = sched.check_load(figures)
+        if problem is None:
+            problem = self.can.handle_message(sender, source, message.update(), now)
+        if problem is None:
+            sched.take_load(source, figures, now)
+        return problem
 
     def _after_input(self, now: float) -> None:
         """What every input ends with: messages to ourselves are handled (they
@@ -422,4 +460,5 @@ _HANDLERS: dict[type[Message], _Handler] = {
     Pong: Peer._to_prober,
     **dict.fromkeys(_CLUSTER_MESSAGES, Peer._to_cluster),
     **dict.fromkeys(_SCHED_MESSAGES, Peer._to_sched),
+    LoadedUpdate: Peer._to_overlay_loaded,
 }

@@ -58,8 +58,10 @@ __all__ = [
     "JoinAck",
     "JoinRequest",
     "JoinRetry",
+    "LoadedUpdate",
     "Lookup",
     "Message",
+    "NeighbourLoad",
     "PathEntry",
     "PeerInfo",
     "Ping",
@@ -557,6 +559,29 @@ class DlbReply(msgspec.Struct, tag=38, array_like=True, frozen=True):
     accept: bool
 
 
+class NeighbourLoad(msgspec.Struct, array_like=True, frozen=True):
+    """A scheduling peer's figures for its overlay neighbours: a SchedBeat's without
+    the shared tasks (see there)."""
+
+    load: int
+    size: int
+    free: int
+    maxql: int
+    above: tuple[float, ...]
+
+
+class LoadedUpdate(Update, tag=40, array_like=True, frozen=True):
+    """An Update carrying the sender's scheduling figures (seed 000 §4.1.1: Kim's load
+    aggregates ride the periodic neighbour update and add no messages). Sent by peers
+    that schedule jobs; the overlay takes the Update in it, the scheduler the load."""
+
+    load: NeighbourLoad | None = None
+
+    def update(self) -> Update:
+        """The plain Update (what the overlay reads)."""
+        return Update(self.me, self.neighbors, self.tombstones, self.root, self.news)
+
+
 class JobRehome(msgspec.Struct, tag=39, array_like=True, frozen=True):
     """A representative whose entry went silent -> over the CAN, hop by hop, to the owner
     of the job's point (seed 000 §2.1: the run node finds the job's new owner by routing
@@ -609,6 +634,7 @@ Message = (
     | DlbRequest
     | DlbReply
     | JobRehome
+    | LoadedUpdate
 )
 
 

@@ -460,6 +460,12 @@ def _check(spec: ExperimentSpec, source: str) -> None:
         _check_run_clusters(spec.clusters, fail)
     if spec.jobs is not None:
         _check_run_jobs(spec.jobs, fail)
+        if spec.jobs.dead_after_s <= spec.node.update_interval_s:
+            fail(
+                "jobs.dead_after_s",
+                f"must be longer than node.update_interval_s ({spec.node.update_interval_s} s): "
+                f"the peers' load figures ride the overlay's updates, not {spec.jobs.dead_after_s}",
+            )
     if spec.churn is not None:
         churn = spec.churn
         if spec.phases:

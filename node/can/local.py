@@ -25,7 +25,7 @@ from node.can.config import CanConfig
 from node.can.geometry import Space
 from node.can.status import Status, transition
 from node.events import Event
-from node.wire import Message, PathEntry, PeerInfo
+from node.wire import Message, PathEntry, PeerInfo, Update
 
 __all__ = ["ID_BITS", "Address", "LocalNode"]
 
@@ -49,6 +49,9 @@ class LocalNode:
     hi: tuple[float, ...] = ()
     path: tuple[PathEntry, ...] = field(default=())
     instance: int = 0
+    # What our periodic updates go out as: the peer may add what rides on them
+    # (node/peer.py: a scheduler's load); None: the Update itself.
+    dress: Callable[[Update, float], Message] | None = None
 
     @property
     def space(self) -> Space:

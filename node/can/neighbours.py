@@ -53,6 +53,7 @@ from node.can.geometry import abutment
 from node.can.local import Address, LocalNode
 from node.events import Inconsistent, PeerDeclaredDead, ZoneChanged
 from node.wire import (
+    Message,
     PathEntry,
     PeerInfo,
     Probe,
@@ -572,8 +573,9 @@ class NeighbourTable:
             self._said = said
             self._news += 1
         update = Update(*said, self.root_word(), self._news)
+        message: Message = update if local.dress is None else local.dress(update, now)
         for addr in self.addresses():
-            local.send(addr, update)
+            local.send(addr, message)
 
     def summary(self, info: PeerInfo, base: tuple[PathEntry, ...] | None = None) -> PeerInfo:
         """`info` with its path sent as what follows its common prefix with `base` (ours)."""

@@ -187,10 +187,14 @@ class CanOverlay:
         rng: random.Random,
         send: Callable[[Address, Message], None],
         emit: Callable[[Event], None],
+        dress_update: Callable[[Update, float], Message] | None = None,
     ) -> None:
+        """`dress_update(update, now)`: what our periodic updates go out as (the peer
+        adds what rides on them); None: the updates themselves."""
         if not config.space.contains_point(point):
             raise ValueError(f"point {tuple(point)} is outside the CAN space")
         self._local = LocalNode(config, address, tuple(float(x) for x in point), rng, send, emit)
+        self._local.dress = dress_update
         self._hooks = _Hooks(self)
         self._reset_membership()
         # Messages served whatever our status; then, for members only, the rest.

@@ -22,10 +22,12 @@
 #   deadlock rule: an older task arriving while the member holds itself for a
 #   newer one withdraws that readiness and holds itself for the older one.
 #
-#   Liveness (beats.py, liveness.py): every `beat_s` a SchedBeat to our
-#   neighbours and to every peer we share an attempt with, naming the shared
-#   (job, attempt) pairs; what a side no longer lists was forgotten and is
-#   sent again or given up. Any message from a peer is a sign of life.
+#   Liveness (beats.py, liveness.py): our load figures ride the overlay's
+#   updates to our neighbours (update_load, take_load: the peer puts them on
+#   and takes them off); every `beat_s` a SchedBeat to every peer we share an
+#   attempt with, naming the shared (job, attempt) pairs; what a side no
+#   longer lists was forgotten and is sent again or given up. Any message
+#   from a peer is a sign of life.
 #
 #   Shared pieces: config.py (SchedConfig, bounds, RunTask and KillTask),
 #   records.py, states.py (the state tables), view.py (what we read of the
@@ -70,6 +72,7 @@ from node.wire import (
     JobTaken,
     JobWatch,
     Message,
+    NeighbourLoad,
     SchedBeat,
     TaskCancel,
     TaskDone,
@@ -215,6 +218,19 @@ class SchedAgent:
         if handler is None:
             return "not a scheduling message"
         return handler(source, message, now)
+
+    def update_load(self, now: float) -> NeighbourLoad:
+        """Our load figures for the overlay's next update to its neighbours."""
+        return self.beats.figures(now)
+
+    def check_load(self, figures: NeighbourLoad) -> str | None:
+        """Why the figures an update carried cannot be believed, or None."""
+        return self.beats.check(figures)
+
+    def take_load(self, source: Address, figures: NeighbourLoad, now: float) -> None:
+        """The figures an update from `source` carried (check_load()ed first)."""
+        self._live.hear(source, now)
+        self.beats.take(source, figures, now)
 
     def handle_timer(self, now: float) -> None:
         self.entry.handle_timer(now)

@@ -1,7 +1,10 @@
-# Liveness between scheduling peers (seed 000 §2.1, seed 002 §4.2): every
-# `beat_s` a SchedBeat goes to the overlay's direct neighbours (load) and to
-# every peer we share an attempt with (entry and representative,
-# representative and members), naming the shared (job, attempt) pairs with
+# Liveness between scheduling peers (seed 000 §2.1, seed 002 §4.2): our load
+# figures ride the overlay's periodic updates to its direct neighbours
+# (figures(), take(): seed 000 §4.1.1, they add no messages); every `beat_s` a
+# SchedBeat goes, with the same figures, to every peer we share an attempt with
+# (entry and representative, representative and members), to our cluster's
+# members and, with neighbours = "indirect", to the peers we balance over that
+# get no update of ours, naming the shared (job, attempt) pairs with
 # each task's queue position; a side that no longer lists one has forgotten it
 # (crashed and came back, or lost the message), and what was lost is sent
 # again or given up. Representatives send JobAck (or their JobEnd, until the
@@ -13,8 +16,8 @@
 #   One beat is built in a fixed order: the representative's attempts, the
 #   member's tasks, the entry's jobs, our cluster's members, the peers we
 #   reach; the datagrams go out in the order their peers were first named.
-#   A beat is checked (bounds on its lists and figures) before anything in it
-#   is believed.
+#   A beat, or the figures an update carries, is checked (bounds on its lists
+#   and figures) before anything in it is believed.
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from node.sched.matchmaking import Matchmaker
 from node.sched.member import MemberRole
 from node.sched.records import Heard
 from node.sched.representative import RepRole
-from node.wire import SchedBeat
+from node.wire import NeighbourLoad, SchedBeat
 
 __all__ = ["Beats"]
 
@@ -53,17 +56,38 @@ class Beats:
         self._rep = rep
         self._member = member
 
+    def check(self, figures: SchedBeat | NeighbourLoad) -> str | None:
+        """Why a peer's load figures cannot be believed, or None."""
+        if len(figures.above) != len(self._live.above) or not all(
+            0 <= x <= MAX_AGGREGATE for x in figures.above
+        ):
+            return "bad aggregates"
+        if not (figures.load >= -1 and 0 <= figures.free <= figures.size and figures.maxql >= 0):
+            return "bad load figures"
+        return None
+
+    def take(self, source: Address, figures: SchedBeat | NeighbourLoad, now: float) -> None:
+        """What `source` says of its load now (checked)."""
+        self._live.state_of[source] = Heard(
+            figures.load, figures.size, figures.free, figures.maxql, figures.above, now
+        )
+
+    def figures(self, now: float) -> NeighbourLoad:
+        """Our load figures now, Kim's aggregates computed afresh (seed 000 §4.1.1:
+        before each update)."""
+        live = self._live
+        live.above = self._match.aggregate(now)
+        load = -1 if self._ctx.gone else self._member.load()
+        size, free, maxql = self._match.cluster_view(now)
+        return NeighbourLoad(load, size, free, maxql, live.above)
+
     def on_beat(self, source: Address, beat: SchedBeat, now: float) -> str | None:
         if len(beat.tasks) > MAX_SHARED:
             return "too many tasks"
-        if len(beat.above) != len(self._live.above) or not all(
-            0 <= x <= MAX_AGGREGATE for x in beat.above
-        ):
-            return "bad aggregates"
-        if not (beat.load >= -1 and 0 <= beat.free <= beat.size and beat.maxql >= 0):
-            return "bad load figures"
-        heard = Heard(beat.load, beat.size, beat.free, beat.maxql, beat.above, now)
-        self._live.state_of[source] = heard
+        problem = self.check(beat)
+        if problem is not None:
+            return problem
+        self.take(source, beat, now)
         listed = {(job, attempt) for job, attempt, _ in beat.tasks}
         self._rep.heard_beat(source, beat, listed, now)
         self._member.heard_beat(source, beat, listed, now)
@@ -80,16 +104,25 @@ class Beats:
             if member not in live.lost and live.silent(member, live.member_since, now):
                 live.lost.add(member)
             shared.setdefault(member, [])
-        for info in self._match.reach():
-            shared.setdefault((info.host, info.port), [])
+        if ctx.config.neighbours == "indirect":
+            # Our direct neighbours have our figures from our updates.
+            direct = {(info.host, info.port) for info in self._match.neighbours()}
+            for info in self._match.reach():
+                if (info.host, info.port) not in direct:
+                    shared.setdefault((info.host, info.port), [])
         shared.pop(ctx.address, None)
-        live.above = self._match.aggregate(now)
-        load = -1 if ctx.gone else self._member.load()
-        size, free, maxql = self._match.cluster_view(now)
+        if not shared:
+            return
+        mine = self.figures(now)
         positions = self._member.positions()
         for addr, keys in shared.items():
             tasks = tuple((j, a, positions.get((j, a), 0)) for j, a in sorted(set(keys)))
-            ctx.send(addr, SchedBeat(load, size, free, maxql, live.above, tasks[:MAX_SHARED]))
+            ctx.send(
+                addr,
+                SchedBeat(
+                    mine.load, mine.size, mine.free, mine.maxql, mine.above, tasks[:MAX_SHARED]
+                ),
+            )
 
     def forget(self, now: float) -> None:
         """Keep a peer's state bounded on a long run (late messages about what

@@ -190,6 +190,17 @@ def _overlay_messages(
             _float(rng, 0, 1e4),
         )
 
+    def load() -> wire.NeighbourLoad | None:
+        if rng.random() < 0.2:
+            return None
+        return wire.NeighbourLoad(
+            rng.choice([-2, -1, 0, 3, small]),
+            rng.choice([0, 1, 64, small]),
+            rng.choice([-1, 0, 2, small]),
+            rng.choice([-1, 0, 9, small]),
+            tuple(_float(rng, -5, 1e6) for _ in range(rng.choice([0, 2 * dims, 7, 300]))),
+        )
+
     return [
         lambda: Update(
             info,
@@ -202,6 +213,9 @@ def _overlay_messages(
         ),
         lambda: wire.Reunite(
             small, rng.choice([None, root()]), rng.choice([None, info]), rng.random() < 0.5
+        ),
+        lambda: wire.LoadedUpdate(
+            info, rng.choice([(), many]), (), None, rng.choice([0, small]), load()
         ),
         lambda: wire.Dissolve(root(), many),
         lambda: JoinRequest(small, info, rng.randrange(0, 1000), rng.choice([0, 1, 7, -1, small])),

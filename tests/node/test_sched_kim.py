@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from node.can.geometry import Dimension, Space
@@ -15,7 +16,7 @@ from node.can.overlay import CanConfig
 from node.fields import FieldError
 from node.peer import NodeConfig
 from node.sched.agent import SchedConfig
-from node.wire import JobInfo
+from node.wire import Codec, JobInfo, LoadedUpdate, NeighbourLoad
 from testbed.linkmodel import LinkModel
 from testbed.sim import Simulator
 
@@ -231,3 +232,37 @@ def test_without_rerouting_the_waiting_attempts_of_a_crashed_owner_are_dropped()
 def test_an_unknown_owner_recovery_is_refused_naming_the_field():
     with pytest.raises(FieldError, match="owner_recovery.*'owner'.*expected one of"):
         SchedConfig(owner_recovery="owner")  # type: ignore[arg-type]
+
+
+def test_the_load_rides_the_overlays_updates_and_adds_no_messages():
+    # Seed 000 §4.1.1: Kim's figures ride the periodic neighbour update. Peers that share
+    # no job send no SchedBeat at all, and each knows its neighbours' load from their
+    # last update (one update period old at most).
+    grid = KimGrid(matchmaking="can", balance="none")
+    grid.sim.run_until(grid.sim.now + 5.0)
+    for peer in grid.sim.peers.values():
+        stats = peer.stats()
+        assert stats.get("tx.SchedBeat", 0) == 0 and stats["tx.LoadedUpdate"] > 0
+        assert peer.sched is not None
+        for i in peer.can.direct:
+            info = peer.can.known[i].info
+            heard = peer.sched.state_of[(info.host, info.port)]
+            assert heard.at >= grid.sim.now - 1.0 - 0.05 and heard.size == 1
+
+
+def test_an_update_with_unbelievable_load_figures_is_refused_whole():
+    grid = KimGrid(matchmaking="can", balance="none")
+    peer = grid.sim.peers[0]
+    assert peer.sched is not None
+    i = min(peer.can.direct)
+    info = peer.can.known[i].info
+    addr = (info.host, info.port)
+    heard, seen = peer.sched.state_of[addr], peer.can._table.seen.get(i)
+    invalid = peer.stats().get("drop.invalid", 0)
+    zone = msgspec.structs.replace(info, instance=info.instance + 1)  # news to the overlay
+    bad = LoadedUpdate(zone, (), (), None, 0, NeighbourLoad(0, 1, 1, 0, (1e300,) * 6))
+    data = Codec(None).encode(bad, sender=i, seq=2**40)
+    peer.receive_datagram(data, addr, grid.sim.now)
+    assert peer.stats()["drop.invalid"] == invalid + 1
+    assert peer.sched.state_of[addr] is heard  # neither the figures believed
+    assert peer.can._table.seen.get(i) is seen and peer.can.known[i].info == info  # nor the update

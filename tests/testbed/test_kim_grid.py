@@ -50,6 +50,8 @@ def test_most_nodes_are_small_and_the_clustered_model_has_its_classes():
         (["jobs.profiles.tau_s=0.0"], "jobs.profiles.tau_s"),
         (["jobs.profiles.tau_per_host_s=-1.0"], "jobs.profiles.tau_per_host_s"),
         (['jobs.profiles.work_dist="poisson"'], "work_dist"),
+        # The load rides the overlay's updates: silent after less than one update period?
+        (["node.update_interval_s=7.0"], r"jobs.dead_after_s: must be longer than node.update"),
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field(overrides, message):
