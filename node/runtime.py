@@ -207,7 +207,7 @@ class NodeRuntime:
             "--collective", config.collective,
             "--payload-bytes", str(config.payload_bytes),
         ]  # fmt: skip
-        started = self.now()
+        started, spawned = self.now(), time.time()
         ok, reason = False, "killed"
         result: dict[str, Any] | None = None
         with scope:
@@ -234,6 +234,8 @@ class NodeRuntime:
                 "ok": ok,
                 "reason": reason,
                 "wall_s": round(self.now() - started, 6),
+                # with the rank's began_wall and ended_wall: its start-up and its exit
+                "spawned_wall": round(spawned, 6),
                 **({"result": result} if result is not None else {}),
             }
         )

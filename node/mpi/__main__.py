@@ -5,7 +5,8 @@
 #
 # --rank and --peers default to TESTBED_RANK and TESTBED_PEERS (what the
 # testbed gives a job's tasks, a user's own program included). Prints the
-# rank's result as one JSON line (and writes it to --result). Exit status: 0,
+# rank's result as one JSON line (and writes it to --result), with the wall-clock
+# times the program began and ended (`began_wall`, `ended_wall`). Exit status: 0,
 # 1 if the job broke (the reason on stderr), 2 for bad arguments.
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from node.mpi.task import COLLECTIVES, Job, TaskError, run_task
@@ -27,6 +29,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    began = time.time()  # against when the peer started us: the interpreter's start-up
     parser = argparse.ArgumentParser(prog="python -m node.mpi", description=__doc__)
     parser.add_argument("--rank", type=int, default=os.environ.get("TESTBED_RANK"))
     parser.add_argument("--peers", default=os.environ.get("TESTBED_PEERS"))
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except TaskError as exc:
         print(f"rank {rank}: {exc}", file=sys.stderr)
         return 1
+    result |= {"began_wall": round(began, 6), "ended_wall": round(time.time(), 6)}
     line = json.dumps(result)
     if args.result is not None:
         args.result.write_text(line + "\n")

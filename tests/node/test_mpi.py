@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -105,3 +107,18 @@ def test_a_port_still_held_by_an_exiting_rank_is_waited_for():
     threading.Timer(0.5, holder.close).start()
     results = run_ranks(Job(peers, rounds=2, compute_s=0.0, connect_timeout_s=5.0), [0, 1])
     assert all(r.checksum == 3.0 for r in results.values()), results
+
+
+def test_the_program_says_when_it_began_and_ended():
+    # Against the peer's spawned_wall, a rank's start-up and exit (node/runtime.py).
+    before = time.time()
+    (port,) = free_ports(1)
+    run = subprocess.run(
+        [sys.executable, "-m", "node.mpi", "--rank", "0", "--peers", f"127.0.0.1:{port}",
+         "--rounds", "2", "--compute-s", "0.2"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    after = time.time()
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert before < result["began_wall"] < result["ended_wall"] < after
+    assert result["ended_wall"] - result["began_wall"] >= result["wall_s"] >= 0.2
