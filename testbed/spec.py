@@ -107,6 +107,10 @@ class KimProfilesSpec(msgspec.Struct, forbid_unknown_fields=True):
     # `hosts` rows, in host order) with cpu_10mhz,memory_mb,disk_gb.
     jobs_file: str | None = None
     nodes_file: str | None = None
+    # How many times shorter this spec's times are than the seed's (kim-sim.toml: 15, updates
+    # every 2 s for Kim's 30 s): the seed's per-minute figures (DLB messages a node handles in
+    # any minute) are counted over 60 / time_scale s of the run.
+    time_scale: float = 1.0
 
 
 def _embedding(
@@ -414,6 +418,8 @@ def _check_profiles(k: KimProfilesSpec, fail: Callable[[str, str], None]) -> Non
         for name in ("model", "classes"):
             if getattr(k, name) != getattr(default, name):
                 fail(f"{where}.{name}", "nodes and jobs come from files; remove this field")
+    if not (math.isfinite(k.time_scale) and 1e-3 <= k.time_scale <= 1e3):
+        fail(f"{where}.time_scale", f"must be a number from 0.001 to 1000, not {k.time_scale}")
     per_host = k.tau_per_host_s
     if per_host is not None and not (math.isfinite(per_host) and per_host > 0):
         fail(f"{where}.tau_per_host_s", f"must be a positive number of seconds, not {per_host}")

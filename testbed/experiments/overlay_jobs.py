@@ -427,8 +427,9 @@ class DlbMeter:
     each node handles per minute -- DlbRequest and DlbReply sent or received,
     plus the jobs it moves away (one JobRoute each) -- and their share of all
     the datagrams the peers send. Sampled from the peers' counters about every
-    minute of run time (at the first job step after it; the emulator asks its
-    peers over their control sockets)."""
+    minute of the seed's time (`period_s`: 60 s over the spec's time_scale; at
+    the first job step after it; the emulator asks its peers over their control
+    sockets)."""
 
     KINDS = ("DlbRequest", "DlbReply")
 
@@ -478,6 +479,7 @@ class DlbMeter:
             else None,
             "max_per_node_minute": self.max_per_node_minute,
             "node_minutes": self.node_minutes,
+            "minute_s": round(self.period_s, 6),  # of this run's time: one minute of the seed's
         }
 
 
@@ -592,7 +594,11 @@ class JobsRun:
             )
             runtime_scale = jobs.workload.runtime_scale
         self.last_submit_s = max((t for t, _ in trace), default=jobs.start_s)
-        self.meter = DlbMeter(jobs.balance) if self.profiles is not None else None
+        self.meter = (
+            DlbMeter(jobs.balance, 60.0 / self.profiles.time_scale)
+            if self.profiles is not None
+            else None
+        )
         self.client = JobClient(
             trace,
             names,

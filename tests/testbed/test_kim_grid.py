@@ -52,6 +52,7 @@ def test_most_nodes_are_small_and_the_clustered_model_has_its_classes():
         (['jobs.profiles.work_dist="poisson"'], "work_dist"),
         # The load rides the overlay's updates: silent after less than one update period?
         (["node.update_interval_s=7.0"], r"jobs.dead_after_s: must be longer than node.update"),
+        (["jobs.profiles.time_scale=0.0"], "jobs.profiles.time_scale"),
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field(overrides, message):
@@ -181,11 +182,14 @@ def test_a_pull_run_meters_dlbs_messages_per_node_minute(tmp_path):
     assert 0 < dlb["share_of_messages"] < 0.2
     assert dlb["datagrams"] == pytest.approx(summary["sim"]["datagrams"], rel=0.01)
     assert 1 <= dlb["max_per_node_minute"] <= dlb["messages"]
-    minutes = math.ceil(summary["sim"]["virtual_s"] / 60)  # the last one partly
-    assert dlb["node_minutes"] == 24 * minutes
+    # Minutes of Kim's time: kim-sim.toml's times are 15 times shorter, a minute is 4 s here.
+    assert spec.jobs.profiles.time_scale == 15.0 and dlb["minute_s"] == 4.0
+    minutes = math.ceil(summary["sim"]["virtual_s"] / 4.0)  # the last one partly
+    # Every peer in every such minute once it joined (all 24 within the first 30 s).
+    assert 24 * (minutes - 8) < dlb["node_minutes"] <= 24 * minutes
     # Every kind of message the peers sent, per node-minute, with its bytes.
     by_kind = summary["sim"]["by_kind"]
-    assert {"Update", "SchedBeat", "DlbRequest", "JobRoute"} <= set(by_kind)
+    assert {"LoadedUpdate", "SchedBeat", "DlbRequest", "JobRoute"} <= set(by_kind)
     total = sum(k["per_node_minute"] for k in by_kind.values())
     assert total == pytest.approx(summary["sim"]["messages_per_peer_minute"], rel=0.01)
     assert all(k["bytes_per_node_minute"] > 20 * k["per_node_minute"] for k in by_kind.values())
