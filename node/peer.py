@@ -229,9 +229,10 @@ class Peer:
 
     def _load_update(self, update: Update, now: float) -> Message:
         assert self.sched is not None
-        u = update
-        load = self.sched.update_load(now)
-        return LoadedUpdate(u.me, u.neighbors, u.tombstones, u.root, u.news, load)
+        figures = self.sched.update_load(now)
+        return LoadedUpdate(
+            update.me, update.neighbors, update.tombstones, update.root, update.news, figures
+        )
 
     def _to_overlay_loaded(
         self, sender: int, source: Address, message: Message, now: float, rx_at: float | None
