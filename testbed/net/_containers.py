@@ -197,9 +197,17 @@ def ensure_docker() -> str:
             "the Docker daemon is not running and dockerd is not installed; `make install` "
             "installs docker.io"
         )
+    # The daemon outlives us: `setsid --fork` makes it init's child in its own session,
+    # so it never becomes our zombie and no Popen object of ours is left to warn, when
+    # collected, that it is "still running" (a test failed so under -W error).
     with DOCKERD_LOG.open("ab") as log:
-        subprocess.Popen(
-            [dockerd], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        subprocess.run(
+            ["setsid", "--fork", dockerd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            check=True,
+            timeout=10,
         )
     deadline = time.monotonic() + DOCKER_START_TIMEOUT_S
     while time.monotonic() < deadline:
