@@ -213,10 +213,18 @@ class NeighbourTable:
         if not lo:
             self.direct = set()
             return
+        # Zones that share a face with ours touch or overlap it in every dimension:
+        # the first and last are checked inline first (most known zones fail there).
+        lo0, hi0, lo1, hi1 = lo[0], hi[0], lo[-1], hi[-1]
         self.direct = {
             ident
             for ident, k in self.known.items()
-            if k.info.lo and abutment(lo, hi, k.info.lo, k.info.hi) is not None
+            if (info := k.info).lo
+            and info.lo[0] <= hi0
+            and lo0 <= info.hi[0]
+            and info.lo[-1] <= hi1
+            and lo1 <= info.hi[-1]
+            and abutment(lo, hi, info.lo, info.hi) is not None
         }
         for ident in self.direct:
             k = self.known[ident]

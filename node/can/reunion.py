@@ -286,12 +286,19 @@ class Reunion:
         lo, hi = local.lo, local.hi
         key = (table.version, len(table.known), lo, hi)
         if self._overlapping[0] != key:
+            # The first and last dimensions inline first: most known zones fail there.
+            lo0, hi0, lo1, hi1 = lo[0], hi[0], lo[-1], hi[-1]
             self._overlapping = (
                 key,
                 [
-                    k.info
+                    info
                     for k in table.known.values()
-                    if k.info.lo and overlap(lo, hi, k.info.lo, k.info.hi)
+                    if (info := k.info).lo
+                    and info.hi[0] > lo0
+                    and hi0 > info.lo[0]
+                    and info.hi[-1] > lo1
+                    and hi1 > info.lo[-1]
+                    and overlap(lo, hi, info.lo, info.hi)
                 ],
             )
         for info in self._overlapping[1]:
