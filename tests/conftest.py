@@ -21,9 +21,16 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) a module's tests run on one
+    # worker, so its module fixtures (a Ray cluster, a shared WAN) start once; the namespace
+    # tests all run on one worker, one after another: they measure delays against bounds,
+    # and two of them at once on two cores would measure each other.
     for item in items:
         if "/netns/" in str(item.path):
             item.add_marker(pytest.mark.netns)
+            item.add_marker(pytest.mark.xdist_group("netns"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(autouse=True)
