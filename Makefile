@@ -47,10 +47,11 @@ demo: install
 
 # TESTBED_REQUIRE_NETNS turns "skipped: needs root" into a failure: here the
 # namespace tests must run for real. Two workers (pytest-xdist; TEST_WORKERS=1 for one):
-# each module runs on one worker, the namespace tests all on the same one (tests/conftest.py).
+# each module runs on one worker, the namespace tests all on the same one, the longest work
+# first (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: install lint
-	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint: install
 	$(BIN)/ruff check .

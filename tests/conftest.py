@@ -20,11 +20,23 @@ from testbed.pytest_plugin import require_netns
 pytest_plugins = ["pytester"]
 
 
+# The longest work first: under pytest-xdist (`make test`) the behaviour digests' runs (10-13
+# min of both cores) start at once on one worker and the namespace tests on the other,
+# instead of one of them last with the other worker idle.
+FIRST = ("tests/integration/test_behaviour_unchanged.py", "tests/integration/netns/")
+
+
+def _rank(item: pytest.Item) -> int:
+    nodeid = item.nodeid
+    return next((k for k, prefix in enumerate(FIRST) if nodeid.startswith(prefix)), len(FIRST))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) a module's tests run on one
-    # worker, so its module fixtures (a Ray cluster, a shared WAN) start once; the namespace
-    # tests all run on one worker, one after another: they measure delays against bounds,
-    # and two of them at once on two cores would measure each other.
+    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder) a
+    # module's tests run on one worker, so its module fixtures (a Ray cluster, a shared WAN)
+    # start once; the namespace tests all run on one worker, one after another: they measure
+    # delays against bounds, and two of them at once on two cores would measure each other.
+    items.sort(key=_rank)
     for item in items:
         if "/netns/" in str(item.path):
             item.add_marker(pytest.mark.netns)
