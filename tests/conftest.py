@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import os
 import random
 
 import numpy as np
@@ -45,6 +47,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
+# Simulations run in virtual time: a lower CPU priority costs them only speed. The namespace
+# tests measure real time (joins within their timeouts, churn actions on time, delays within
+# bounds), so under pytest-xdist they keep the normal priority while the other worker's
+# simulations, which inherit this nice value, yield to them; two suites side by side (two
+# clones' `make test`) then each still give their namespace tests a core. Set before each
+# test's fixtures (a module's Ray cluster inherits it too). Raising it back needs root, which
+# the namespace tests need anyway.
+SIMULATION_NICE = 10
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    wanted = 0 if item.get_closest_marker("netns") is not None else SIMULATION_NICE
+    if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
+        with contextlib.suppress(PermissionError):  # not root: stays as it is
+            os.setpriority(os.PRIO_PROCESS, 0, wanted)
+
+
 @pytest.fixture(autouse=True)
 def _netns_guard(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("netns") is not None:
@@ -55,8 +75,6 @@ def _netns_guard(request: pytest.FixtureRequest) -> None:
 def _nothing_left_behind() -> object:
     # Only runs made by this session are ours to judge and remove: a user's
     # live run on the same machine (an experiment in another shell) is not.
-    import os
-
     if os.geteuid() != 0:
         yield
         return
