@@ -403,8 +403,9 @@ class JoinService:
             joiner_path,
         )
         table.set_zone(lo, hi, (*local.path, PathEntry(sid, dim, pos, mine_upper)), "split", now)
-        # It asked us itself. (No version bump of its own: set_zone just bumped it.)
+        # It asked us itself.
         table.known[joiner.id] = Known(new_joiner, now, now, now)
+        table.changed()  # rule 2 of neighbours.py: `known` changed
         self._recent_joiners[joiner.id] = now
         table.recompute_direct(now)
         # What we know, as summaries against the joiner's path, those next to

@@ -25,7 +25,8 @@
 #   1. News from peers is validated only when it is news (most summaries are
 #      old news); invalid news is counted in `invalid_news`, never raised.
 #   2. `version` changes whenever something the dead-zone view of takeover.py
-#      depends on may have changed (so that it can cache that view).
+#      depends on may have changed (so that it can cache that view), and with
+#      every change of `known` or `tombstones` (rule 4 relies on it).
 #   3. What the other parts hold per peer is dropped through `on_bury` and
 #      `on_newer`, which the facade wires to the conflict protocol.
 #   4. Most updates repeat what the same neighbour said last time: each carries
@@ -103,12 +104,23 @@ class _Seen:
         tuple[list[int], list[Known | None], list[tuple[Tombstone, float] | None], list[Known]]
         | None
     ) = None
+    # The table's version when `whole` last held: `known` and `tombstones` change only
+    # with a version bump, so at the same version it holds again without looking.
+    held_at: int = -1
 
     def repeat(
-        self, known: dict[int, Known], tombstones: dict[int, tuple[Tombstone, float]], now: float
+        self,
+        known: dict[int, Known],
+        tombstones: dict[int, tuple[Tombstone, float]],
+        now: float,
+        version: int,
     ) -> bool:
         """Take the same update again if nothing it depends on changed (rule 4)."""
         whole = self.whole
+        if whole is not None and self.held_at == version:
+            for k in whole[3]:
+                k.heard_at = now
+            return True
         if whole is None:
             if len(self.summaries) != len(self.update.neighbors):
                 return False
@@ -125,6 +137,7 @@ class _Seen:
             and all(map(operator.is_, map(tombstones.get, ids), stones))
         ):
             return False
+        self.held_at = version
         for k in refresh:
             k.heard_at = now
         return True
@@ -346,7 +359,7 @@ class NeighbourTable:
         same = False
         if seen is not None:
             same = _same_update(seen.update, update)
-            if same and seen.repeat(known, tombstones, now):
+            if same and seen.repeat(known, tombstones, now, self.version):
                 if seen.infos:
                     self.their_neighbors[sender] = seen.infos
                 return learned
