@@ -30,6 +30,10 @@
 #   1. The zygote is single-threaded and never starts trio: a fork copies only the calling
 #      thread, and a child must find the runtime as if freshly imported.
 #   2. Nothing a child does returns into the zygote's code: it ends with os._exit.
+#   3. A spawn is answered once the child leads its own session: a crash signals the
+#      process group named by the pid at once, and a loaded machine once let a SIGKILL
+#      sent between the fork and the child's setsid reach no group (the child lived on,
+#      and the engine waited for it to end for ever).
 
 from __future__ import annotations
 
@@ -69,7 +73,7 @@ def _enter_netns(path: str) -> None:
         os.close(fd)
 
 
-def _child(request: dict[str, Any], keep_out: list[socket.socket]) -> None:
+def _child(request: dict[str, Any], keep_out: list[socket.socket], ready: int) -> None:
     """In the forked child: become the peer. Never returns."""
     code = 1
     try:
@@ -77,6 +81,8 @@ def _child(request: dict[str, Any], keep_out: list[socket.socket]) -> None:
             sock.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
+        os.write(ready, b".")  # rule 3: the zygote answers only now
+        os.close(ready)
         stdin = os.open(os.devnull, os.O_RDONLY)
         out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -112,9 +118,16 @@ def _spawn(request: dict[str, Any], keep_out: list[socket.socket]) -> dict[str, 
     netns = request.get("netns")
     if netns is not None and not (isinstance(netns, str) and os.path.exists(netns)):
         return {"error": f"spawn: no network namespace at {netns!r}"}
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child(request, keep_out)
+        os.close(ready_r)
+        _child(request, keep_out, ready_w)
+    os.close(ready_w)
+    try:
+        os.read(ready_r, 1)  # b"" if it died before: its status says why
+    finally:
+        os.close(ready_r)
     return {"pid": pid}
 
 

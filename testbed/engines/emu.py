@@ -617,5 +617,8 @@ def _signal_group(proc: Any, sig: int) -> None:
     if isinstance(proc, RemotePeer):
         proc.signal_group(sig)
         return
-    with contextlib.suppress(ProcessLookupError):
+    try:
         os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # not (or no longer) leading a group: the process itself
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)

@@ -110,6 +110,28 @@ def test_a_forked_peer_runs_answers_and_ends(zygote, tmp_path):
     assert client.ask({"op": "status", "pid": pid}) == {"code": None}
 
 
+def test_a_spawned_child_leads_its_own_group_when_the_zygote_answers(zygote, tmp_path):
+    # Rule 3 of node/zygote.py: a crash right after the answer must reach the process.
+    # Each child (bad arguments: it exits at once) is killed by its group the moment the
+    # answer comes; a child not yet in its own group would raise ProcessLookupError here.
+    _, client = zygote
+    for k in range(20):
+        out, err = tmp_path / f"{k}.out", tmp_path / f"{k}.err"
+        reply = client.ask(
+            {
+                "op": "spawn",
+                "argv": ["--name", "x"],
+                "netns": None,
+                "stdout": str(out),
+                "stderr": str(err),
+            }
+        )
+        pid = reply["pid"]
+        assert os.getpgid(pid) == pid  # a zombie keeps its group until the zygote reaps it
+        os.killpg(pid, signal.SIGKILL)
+        assert _status(client, pid) in (2, -signal.SIGKILL)
+
+
 def test_a_peer_with_bad_arguments_exits_2_with_the_message(zygote, tmp_path):
     _, client = zygote
     out, err = tmp_path / "x.out", tmp_path / "x.err"
