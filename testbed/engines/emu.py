@@ -124,7 +124,13 @@ class EmuEngine(WanVerbs):
             self._sockets = self.wan.sockets_dir
             self._points: dict[int, tuple[float, ...]] = {}
             self._procs: dict[int, HostProcess | ForkedProcess | RemotePeer] = {}
-            self._zygote: PeerZygote | None = None  # started with the first forked peer
+            # The zygote starts before the run's clock: its imports take seconds on a loaded
+            # machine (18 s under two test suites), which the first join paid late before.
+            self._zygote: PeerZygote | None = (
+                PeerZygote(self.wan, run_dir / "zygote")
+                if spec.peers == "fork" and self._remote is None
+                else None
+            )
             # (CPU s, when) by pid, or on other machines by (host, incarnation) and ("engine", k)
             self._cpu_seen: dict[Any, tuple[float, float]] = {}
             self._engine_cpu = (0.0, time.monotonic())  # the delay engine's, likewise
@@ -180,9 +186,7 @@ class EmuEngine(WanVerbs):
         emu_host = self.wan.hosts[host]
         if self._remote is not None:
             self._procs[host] = self._remote.spawn(host, args)
-        elif self.spec.peers == "fork":
-            if self._zygote is None:
-                self._zygote = PeerZygote(self.wan, self.run_dir / "zygote")
+        elif self._zygote is not None:  # peers = "fork"
             self._procs[host] = self._zygote.spawn(emu_host, args, label="node")
         else:
             argv = [*NODE_COMMAND, *args]
