@@ -110,23 +110,23 @@ def test_a_forked_peer_runs_answers_and_ends(zygote, tmp_path):
     assert client.ask({"op": "status", "pid": pid}) == {"code": None}
 
 
+def _spawn_bad(client: _Client, folder: Path, name: str) -> int:
+    """Spawn a peer with bad arguments (it exits 2 at once); its pid."""
+    out, err = folder / f"{name}.out", folder / f"{name}.err"
+    request = {"op": "spawn", "argv": ["--name", "x"], "netns": None}
+    reply = client.ask({**request, "stdout": str(out), "stderr": str(err)})
+    pid = reply["pid"]
+    assert isinstance(pid, int), reply
+    return pid
+
+
 def test_a_spawned_child_leads_its_own_group_when_the_zygote_answers(zygote, tmp_path):
     # Rule 3 of node/zygote.py: a crash right after the answer must reach the process.
     # Each child (bad arguments: it exits at once) is killed by its group the moment the
     # answer comes; a child not yet in its own group would raise ProcessLookupError here.
     _, client = zygote
     for k in range(20):
-        out, err = tmp_path / f"{k}.out", tmp_path / f"{k}.err"
-        reply = client.ask(
-            {
-                "op": "spawn",
-                "argv": ["--name", "x"],
-                "netns": None,
-                "stdout": str(out),
-                "stderr": str(err),
-            }
-        )
-        pid = reply["pid"]
+        pid = _spawn_bad(client, tmp_path, str(k))
         assert os.getpgid(pid) == pid  # a zombie keeps its group until the zygote reaps it
         os.killpg(pid, signal.SIGKILL)
         assert _status(client, pid) in (2, -signal.SIGKILL)
@@ -134,18 +134,8 @@ def test_a_spawned_child_leads_its_own_group_when_the_zygote_answers(zygote, tmp
 
 def test_a_peer_with_bad_arguments_exits_2_with_the_message(zygote, tmp_path):
     _, client = zygote
-    out, err = tmp_path / "x.out", tmp_path / "x.err"
-    reply = client.ask(
-        {
-            "op": "spawn",
-            "argv": ["--name", "x"],
-            "netns": None,
-            "stdout": str(out),
-            "stderr": str(err),
-        }
-    )
-    assert _status(client, reply["pid"]) == 2
-    assert "--bind" in err.read_text()
+    assert _status(client, _spawn_bad(client, tmp_path, "x")) == 2
+    assert "--bind" in (tmp_path / "x.err").read_text()
 
 
 @pytest.mark.parametrize(
