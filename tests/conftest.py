@@ -8,10 +8,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import math
 import os
 import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +67,38 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
         with contextlib.suppress(PermissionError):  # not root: stays as it is
             os.setpriority(os.PRIO_PROCESS, 0, wanted)
+
+
+# One namespace test at a time on this machine, whichever suite runs it. Two clones' `make
+# test` side by side (serial, 2026-11-30 at 052623c) each failed a two-machine test while
+# the other suite's namespace tests ran at the same moment: two Ray clusters, two WANs and
+# their delay engines on two cores (a partition across the machines applied in 142 ms against
+# 50; a program's view late at a check 2.5 s after churn). Nice values do not help across
+# suites: each is its own autogroup to the scheduler. The lock is taken around the whole test
+# (set-up, call, tear-down), outside pytest-timeout's clock: the holder's own timeout bounds
+# the wait. A suite that waited says how long in the test's report. TESTBED_TEST_LOCK names
+# another lock file (the lock's own test).
+NETNS_LOCK = Path(
+    os.environ.get("TESTBED_TEST_LOCK", "/run/lock/p2p-grid-testbed-netns-tests.lock")
+)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("netns") is None or os.geteuid() != 0:
+        yield
+        return
+    NETNS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with NETNS_LOCK.open("a") as lock:
+        began = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = time.monotonic() - began
+        if waited >= 1.0:
+            item.user_properties.append(("netns_lock_wait_s", round(waited, 1)))
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
