@@ -26,7 +26,7 @@ from testbed.pytest_plugin import require_netns
 pytest_plugins = ["pytester"]
 
 
-# The longest work first: under pytest-xdist (`make test`) the behaviour digests' runs (10-13
+# The longest work first: under pytest-xdist (`make test`) the behaviour digests' runs (2-3
 # min of both cores) start at once on one worker and the namespace tests on the other,
 # instead of one of them last with the other worker idle.
 FIRST = ("tests/integration/test_behaviour_unchanged.py", "tests/integration/netns/")
