@@ -74,31 +74,72 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # the other suite's namespace tests ran at the same moment: two Ray clusters, two WANs and
 # their delay engines on two cores (a partition across the machines applied in 142 ms against
 # 50; a program's view late at a check 2.5 s after churn). Nice values do not help across
-# suites: each is its own autogroup to the scheduler. The lock is taken around the whole test
-# (set-up, call, tear-down), outside pytest-timeout's clock: the holder's own timeout bounds
-# the wait. A suite that waited says how long in the test's report. TESTBED_TEST_LOCK names
-# another lock file (the lock's own test).
-NETNS_LOCK = Path(
-    os.environ.get("TESTBED_TEST_LOCK", "/run/lock/p2p-grid-testbed-netns-tests.lock")
-)
+# suites: each is its own autogroup to the scheduler. A test of tests/integration/netns waits
+# for its turn around its whole protocol (set-up, call, tear-down), outside pytest-timeout's
+# clock (the holder's own timeout bounds the wait): first come, first served (a flock grants no
+# order: a worker that asks again at once could keep the machine from the other suite); a
+# place held by a process that is gone is dropped. A test that waited says how
+# long in its report. TESTBED_TEST_QUEUE names another queue folder (the queue's own test).
+MACHINE_QUEUE = Path(os.environ.get("TESTBED_TEST_QUEUE", "/run/lock/p2p-grid-testbed-netns-tests"))
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), None once it is gone: with the pid,
+    it names the process for good (pids are reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+@contextlib.contextmanager
+def machine_turn(queue: Path) -> Iterator[float]:
+    """Wait until every process queued in `queue` before this one has left or is gone;
+    yields the seconds waited."""
+    queue.mkdir(parents=True, exist_ok=True)
+    with (queue / "order.lock").open("a") as order:
+        fcntl.flock(order, fcntl.LOCK_EX)  # tickets in the order they are taken
+        try:
+            last = max((int(p.name.split("-")[0]) for p in queue.glob("*-*")), default=0)
+            ticket = queue / f"{last + 1:012d}-{os.getpid()}"
+            draft = queue / f"draft{os.getpid()}"  # whole when it appears under its name
+            draft.write_text(_started(os.getpid()) or "")
+            draft.replace(ticket)
+        finally:
+            fcntl.flock(order, fcntl.LOCK_UN)
+    began = time.monotonic()
+    try:
+        while True:
+            ahead = 0
+            for place in queue.glob("*-*"):
+                if place.name >= ticket.name:
+                    continue
+                try:
+                    held = place.read_text()
+                except FileNotFoundError:
+                    continue  # it left meanwhile
+                if held == _started(int(place.name.split("-")[1])):
+                    ahead += 1
+                else:
+                    place.unlink(missing_ok=True)  # its process is gone
+            if not ahead:
+                break
+            time.sleep(0.1)
+        yield time.monotonic() - began
+    finally:
+        ticket.unlink(missing_ok=True)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    if item.get_closest_marker("netns") is None or os.geteuid() != 0:
+    if "/netns/" not in str(item.path) or os.geteuid() != 0:
         yield
         return
-    NETNS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with NETNS_LOCK.open("a") as lock:
-        began = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        waited = time.monotonic() - began
+    with machine_turn(MACHINE_QUEUE) as waited:
         if waited >= 1.0:
-            item.user_properties.append(("netns_lock_wait_s", round(waited, 1)))
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            item.user_properties.append(("machine_turn_wait_s", round(waited, 1)))
+        yield
 
 
 @pytest.fixture(autouse=True)
