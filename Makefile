@@ -53,7 +53,7 @@ demo: install
 # last measurement, so the suite stays in one process (0 workers) by default until they hold.
 TEST_WORKERS ?= 0
 test: install lint
-	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
+	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
 lint: install
 	$(BIN)/ruff check .

@@ -16,9 +16,11 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from testbed.pytest_plugin import require_netns
 
@@ -30,6 +32,7 @@ pytest_plugins = ["pytester"]
 # min of both cores) start at once on one worker and the namespace tests on the other,
 # instead of one of them last with the other worker idle.
 FIRST = ("tests/integration/test_behaviour_unchanged.py", "tests/integration/netns/")
+NETNS = "tests/integration/netns/"
 
 
 def _rank(item: pytest.Item) -> int:
@@ -38,17 +41,29 @@ def _rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder) a
-    # module's tests run on one worker, so its module fixtures (a Ray cluster, a shared WAN)
-    # start once; the namespace tests all run on one worker, one after another: they measure
-    # delays against bounds, and two of them at once on two cores would measure each other.
     items.sort(key=_rank)
     for item in items:
-        if "/netns/" in str(item.path):
+        if item.nodeid.startswith(NETNS):
             item.add_marker(pytest.mark.netns)
-            item.add_marker(pytest.mark.xdist_group("netns"))
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+class _ByModuleNamespacesTogether(LoadScopeScheduling):
+    """Under pytest-xdist (`make test`: -n 2 --dist loadscope --no-loadscope-reorder) a
+    module's tests run on one worker, so its module fixtures (a Ray cluster, a shared WAN)
+    start once, and the namespace tests all on one worker, one after another: they measure
+    delays against bounds, and two of them at once on two cores would measure each other.
+    (xdist_group marks with --dist loadgroup did this until pytest 9.2, whose node ids
+    xdist 3.8 can no longer suffix with the group: pytest-xdist issue 1386. Every test went
+    to whichever worker was free.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return NETNS if nodeid.startswith(NETNS) else nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    return _ByModuleNamespacesTogether(config, log)
 
 
 # Simulations run in virtual time: a lower CPU priority costs them only speed. The namespace
