@@ -48,9 +48,8 @@ demo: install
 # TESTBED_REQUIRE_NETNS turns "skipped: needs root" into a failure: here the
 # namespace tests must run for real. TEST_WORKERS=2 runs two pytest-xdist workers (each
 # module on one worker, the namespace tests all on the same one, the longest work first:
-# tests/conftest.py): 21.7 min instead of 30-33 here, but on two cores the two-machine
-# namespace tests beside the behaviour digests' simulations failed on time bounds at the
-# last measurement, so the suite stays in one process (0 workers) by default until they hold.
+# tests/conftest.py). Two suites side by side with two workers each failed on time bounds
+# (four busy workers on two cores, README "Development"), so one process stays the default.
 TEST_WORKERS ?= 0
 test: install lint
 	TESTBED_REQUIRE_NETNS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
