@@ -31,8 +31,8 @@ pytest_plugins = ["pytester"]
 # The longest work first: under pytest-xdist (`make test`) the behaviour digests' runs (2-3
 # min of both cores) start at once on one worker and the namespace tests on the other,
 # instead of one of them last with the other worker idle.
-FIRST = ("tests/integration/test_behaviour_unchanged.py", "tests/integration/netns/")
 NETNS = "tests/integration/netns/"
+FIRST = ("tests/integration/test_behaviour_unchanged.py", NETNS)
 
 
 def _rank(item: pytest.Item) -> int:
