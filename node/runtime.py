@@ -628,8 +628,12 @@ async def main_async(
                 nursery.start_soon(on_signals)
                 await runtime.finished.wait()  # not done: run() still drains its sends
                 nursery.cancel_scope.cancel()
-        stats = runtime.stats()
-        runtime.write({"t": round(runtime.now(), 6), "kind": "exit", "stats": stats})
-        if log is not None:
-            log.flush()
+            # Still inside the signal receiver: a SIGTERM that comes now (a teardown's,
+            # right after its "exit") waits, and is re-delivered as we leave it, after
+            # the final record is on disk. Written after the receiver, the record was
+            # lost to such a signal, and with it the peer's last counters.
+            stats = runtime.stats()
+            runtime.write({"t": round(runtime.now(), 6), "kind": "exit", "stats": stats})
+            if log is not None:
+                log.flush()
         return stats

@@ -127,6 +127,22 @@ def test_a_crashed_peer_is_taken_over(tmp_path):
         assert any(dead in r["dead"] for r in takeovers)
 
 
+def test_the_final_record_survives_a_teardowns_sigterm_after_exit(tmp_path):
+    # A teardown asks a peer to exit, then signals it if it has not gone yet. The
+    # signals that come while the peer writes its final counters must not lose them
+    # (they did: a SIGTERM re-delivered as the peer left its signal receiver killed it
+    # first, and a run's datagram totals disagreed with its peers' records).
+    for attempt in range(5):
+        with LocalPeer(tmp_path / str(attempt), "h1", CONFIG, POINTS[0], join=[]) as h1:
+            h1.wait_status("member")
+            h1.ask("exit")
+            while h1.process.poll() is None:
+                h1.process.send_signal(signal.SIGTERM)
+                time.sleep(0.0005)
+            last = records(h1)[-1]
+            assert last["kind"] == "exit" and last["stats"]["rss_kb"] > 0, (attempt, last)
+
+
 def run_node(tmp_path, *args):
     config = tmp_path / "node.json"
     config.write_text(json.dumps(config_to_dict(CONFIG)))
