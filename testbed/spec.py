@@ -50,6 +50,7 @@ __all__ = [
     "agent_config",
     "apply_overrides",
     "config_fields",
+    "crash_repair_s",
     "load_any_spec",
     "load_spec",
 ]
@@ -200,6 +201,18 @@ NodeSpec = _embedding(
         ("port", int, 7000),
     ],
 )
+
+
+def crash_repair_s(node: Any) -> float:
+    """How long after a crash the peers may still be repairing it ([node] fields): the
+    silence is noticed at an update tick after suspect_after_s, the probe times out, and
+    the takeover takes a proposal round. A check sooner than this may find a hole."""
+    return float(
+        node.suspect_after_s
+        + node.update_interval_s
+        + node.probe_timeout_s
+        + node.propose_timeout_s
+    )
 
 
 class PhaseSpec(msgspec.Struct, forbid_unknown_fields=True):

@@ -124,27 +124,44 @@ class Schedule:
         return out
 
     def room_warnings(
-        self, settle_s: float, leave_s: float = 0.0, reserve_s: float = 1.0
+        self,
+        settle_s: float,
+        leave_s: float = 0.0,
+        reserve_s: float = 1.0,
+        crash_s: float = 0.0,
     ) -> list[str]:
         """Where the script leaves the system too little room, said before a run: a
         quiet period after leaves shorter than settle_s plus `leave_s` (how long a
         leave may take), which a strict check then waits out, moving the rest of the
-        script; a long stretch of events with no quiet period, where nothing is
+        script; a check sooner after a crash than `crash_s` (how long the repair of a
+        crash may take: a check before it finds the hole, as no leave is in progress to
+        wait for); a long stretch of events with no quiet period, where nothing is
         checked on its own."""
         out: list[str] = []
         events = [e for e in self.events if e.verb != "stop"]
         times = sorted({e.t for e in events})
         stop = min((e.t for e in self.events if e.verb == "stop"), default=None)
         leaves_since = None  # the first leave since the last quiet period
+        crash_last = None  # the last crash since the last quiet period
         stretch_from = times[0] if times else 0.0
         for k, t in enumerate(times):
             here = [e for e in events if e.t == t]
             leave = next((e for e in here if e.verb == "leave"), None)
             if leave is not None and leaves_since is None:
                 leaves_since = leave
+            crash_last = next((e for e in here if e.verb == "crash"), crash_last)
             following = times[k + 1] if k + 1 < len(times) else stop
             if following is None or following - t < settle_s:
                 continue  # no quiet period here
+            check_t = min(t + settle_s, following - reserve_s)  # as quiet_periods() has it
+            if crash_last is not None and check_t - crash_last.t < crash_s:
+                out.append(
+                    f"line {crash_last.line}: a crash at t={crash_last.t:g} s, checked at "
+                    f"t={check_t:g} s: sooner than its repair may take ({crash_s:g} s: "
+                    "suspect_after_s, an update tick, the probe and the takeover); the "
+                    "check may find its zone unowned"
+                )
+            crash_last = None
             if leaves_since is not None and following - reserve_s - t < settle_s + leave_s:
                 out.append(
                     f"line {leaves_since.line}: leaves at t={leaves_since.t:g} s, then "

@@ -119,7 +119,7 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
 
     from testbed.experiments.overlay import churn_schedule, select_topology
     from testbed.experiments.program import program_schedule
-    from testbed.spec import ChurnSpec, ProgramSpec, load_any_spec, load_spec
+    from testbed.spec import ChurnSpec, ProgramSpec, crash_repair_s, load_any_spec, load_spec
     from testbed.topology import resolve_topology
 
     defaults = {"topology": {"ref": "planetlab", "hosts": 64, "pick": "first"}}
@@ -149,7 +149,9 @@ def churn_command(script: str, spec_path: str | None, seed: int | None, as_json:
         assert compiled is not None
         schedule, spec_seed = compiled, spec.seed
         assert spec.churn is not None
-        warnings = schedule.room_warnings(spec.churn.settle_s, spec.node.propose_timeout_s)
+        warnings = schedule.room_warnings(
+            spec.churn.settle_s, spec.node.propose_timeout_s, crash_s=crash_repair_s(spec.node)
+        )
     for warning in warnings:  # on stderr, also with --json
         err_console.print(f"[yellow]warning:[/] {script}: {warning}")
     if as_json:

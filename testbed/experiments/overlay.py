@@ -50,7 +50,7 @@ from testbed.experiments.overlay_jobs import Feeding, JobsRun
 from testbed.experiments.predict import Noise, predict_dtm
 from testbed.experiments.report import report_quietly
 from testbed.experiments.run import Report, Run, RunResult
-from testbed.spec import DtmTechnique, ExperimentSpec, NodeSpec, PhaseSpec
+from testbed.spec import DtmTechnique, ExperimentSpec, NodeSpec, PhaseSpec, crash_repair_s
 from testbed.topology import (
     PLANETLAB_FRAMES,
     Topology,
@@ -218,7 +218,11 @@ class _OverlayRun:
         (self.run.dir / "schedule.jsonl").write_text(schedule.to_jsonl())
         churn = self.spec.churn
         assert churn is not None
-        for warning in schedule.room_warnings(churn.settle_s, self.spec.node.propose_timeout_s):
+        node = self.spec.node
+        room = schedule.room_warnings(
+            churn.settle_s, node.propose_timeout_s, crash_s=crash_repair_s(node)
+        )
+        for warning in room:
             self.report.say(f"warning: {schedule.source}: {warning}")
         applied = self.run.log("applied.jsonl")
         offers = self.offers

@@ -413,6 +413,24 @@ def test_a_script_that_leaves_too_little_room_is_reported():
     # With room for a leave, and quiet periods in the churn, nothing to say.
     roomy = "at 0s join 40\nat 40s leave 2\nat 75s crash 1\nat 110s stop"
     assert compile_churn(parse_churn(roomy), universe, seed=1).room_warnings(30.0, 2.0) == []
+    # A check sooner after a crash than its repair may take: said, with the crash's line.
+    tight = "at 0s join 40\nat 30s crash 2\nat 41s leave 1\nat 60s stop"
+    schedule = compile_churn(parse_churn(tight), universe, seed=1)
+    assert schedule.room_warnings(10.0, 2.0, crash_s=11.5) == [
+        (
+            "line 2: a crash at t=30 s, checked at t=40 s: sooner than its repair may take "
+            "(11.5 s: suspect_after_s, an update tick, the probe and the takeover); the check "
+            "may find its zone unowned"
+        )
+    ]
+    assert schedule.room_warnings(10.0, 2.0, crash_s=9.5) == []
+    # A crash followed too soon for a check of its own counts at the next check.
+    later = "at 0s join 40\nat 30s crash 2\nat 33s freeze 1\nat 44s leave 1\nat 60s stop"
+    schedule = compile_churn(parse_churn(later), universe, seed=1)
+    assert [w[:44] for w in schedule.room_warnings(10.0, 2.0, crash_s=14.0)] == [
+        "line 2: a crash at t=30 s, checked at t=43 s"
+    ]
+    assert schedule.room_warnings(10.0, 2.0, crash_s=12.0) == []
 
 
 def test_islands_cut_small_groups_of_the_peers_up_off_from_everyone():

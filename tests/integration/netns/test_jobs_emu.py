@@ -114,7 +114,7 @@ def test_kims_grid_on_real_peers_reroutes_a_crashed_owners_jobs_and_meters_pull(
     overrides = [
         "topology.hosts=16",
         f'churn.script="{script}"',
-        "churn.settle_s=10",
+        "churn.settle_s=12",  # the crash at 30 s is repaired within 11.5 s (crash_repair_s)
         "jobs.start_s=20.0",
         "jobs.drain_s=120.0",
         "jobs.balance_s=5.0",
